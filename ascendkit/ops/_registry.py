@@ -1,0 +1,101 @@
+"""One helper that registers an `ascend::*` op with torch.library.
+
+Every op is declared once with its public schema (written as in design.md, `Tensor!` = mutated),
+a validator, a pure-torch reference and a Triton launcher. Dispatch:
+  CPU          -> reference, or the Triton launcher when ASCENDKIT_KERNELS=triton (read per call;
+                  needs TRITON_INTERPRET=1 before ascendkit is imported)
+  PrivateUse1  -> Triton launcher (NPU via torch_npu; registered by key so it works before
+                  torch_npu is imported)
+  CUDA         -> Triton launcher
+  Meta/fake    -> validate, then `fake` (default: nothing, for ops that only write their
+                  `Tensor!` arguments)
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import re
+from typing import Callable
+
+import torch
+
+NAMESPACE = "ascend"
+_LIB = torch.library.Library(NAMESPACE, "DEF")
+
+# name -> public schema string (design.md notation), for the README table and `ascendkit info`.
+REGISTERED: dict[str, str] = {}
+
+
+def kernel_path() -> str:
+    """'triton' or 'reference': which implementation CPU tensors run (read at call time)."""
+    value = os.environ.get("ASCENDKIT_KERNELS", "reference")
+    if value not in ("triton", "reference"):
+        raise ValueError(f"ASCENDKIT_KERNELS must be 'triton' or 'reference', got {value!r}")
+    return value
+
+
+def torch_schema(public: str) -> str:
+    """Turn design.md's `Tensor!` / `Tensor!?` into torch alias annotations `Tensor(a!)`, ..."""
+    letters = iter("abcdefghijklmnopqrstuvwxyz")
+    return re.sub(r"Tensor!(\??)", lambda m: f"Tensor({next(letters)}!){m.group(1)}", public)
+
+
+def register_op(
+    name: str,
+    schema: str,
+    *,
+    validate: Callable[..., None],
+    reference: Callable,
+    triton: str,
+    fake: Callable | None = None,
+) -> Callable:
+    """Define `torch.ops.ascend.<name>` and return the op overload.
+
+    validate(*args) raises ValueError/TypeError naming the bad argument; it runs before any
+    implementation. reference and the launcher take the op's arguments in schema order.
+    `triton` names the launcher as "ascendkit.kernels.<module>:<function>"; it is imported on
+    first use, so importing ascendkit needs no triton.
+    """
+    launcher = _lazy(triton)
+    if name in REGISTERED:
+        raise RuntimeError(f"op ascend::{name} registered twice")
+    _LIB.define(name + torch_schema(schema))
+
+    def cpu_impl(*args):
+        validate(*args)
+        impl = launcher if kernel_path() == "triton" else reference
+        return impl(*args)
+
+    def device_impl(*args):
+        validate(*args)
+        return launcher(*args)
+
+    _LIB.impl(name, cpu_impl, "CPU")
+    _LIB.impl(name, device_impl, "PrivateUse1")
+    _LIB.impl(name, device_impl, "CUDA")
+    shape_fn = fake or _writes_only
+
+    def fake_impl(*args):
+        validate(*args)  # bad inputs fail at trace time too, and mixed-device calls land here
+        return shape_fn(*args)
+
+    torch.library.register_fake(f"{NAMESPACE}::{name}", fake_impl, lib=_LIB)
+    REGISTERED[name] = schema
+    return getattr(torch.ops.ascend, name).default
+
+
+def _lazy(target: str) -> Callable:
+    module_name, _, attr = target.partition(":")
+    resolved: list[Callable] = []
+
+    def call(*args):
+        if not resolved:
+            resolved.append(getattr(importlib.import_module(module_name), attr))
+        return resolved[0](*args)
+
+    return call
+
+
+def _writes_only(*args) -> None:
+    """Fake impl of ops whose only effect is writing their `Tensor!` arguments."""
+    return None

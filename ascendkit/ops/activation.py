@@ -1,0 +1,36 @@
+"""Op: silu_and_mul (vLLM argument order)."""
+from __future__ import annotations
+
+import torch
+
+from ascendkit.ops._registry import register_op
+from ascendkit.ops._validate import FLOAT_DTYPES, check_rows_viewable, check_same_device, check_same_dtype, check_shape, check_tensor
+from ascendkit.ops.reference import activation as reference
+
+
+def _validate(out: torch.Tensor, input: torch.Tensor) -> None:
+    check_tensor("input", input, dtypes=FLOAT_DTYPES, ndim=(2, 3))
+    check_tensor("out", out, dtypes=FLOAT_DTYPES, ndim=(2, 3))
+    check_same_device(input=input, out=out)
+    check_same_dtype(input=input, out=out)
+    if input.shape[-1] % 2:
+        raise ValueError(f"input: last dim must be even (gate and up halves), got {input.shape[-1]}")
+    check_shape("out", out, (*input.shape[:-1], input.shape[-1] // 2), "input's shape with the last dim halved")
+    check_rows_viewable("input", input)
+    check_rows_viewable("out", out)
+
+
+silu_and_mul_op = register_op(
+    "silu_and_mul",
+    "(Tensor! out, Tensor input) -> ()",
+    validate=_validate,
+    reference=reference.silu_and_mul,
+    triton="ascendkit.kernels.activation:silu_and_mul",
+)
+
+
+def silu_and_mul(input: torch.Tensor) -> torch.Tensor:
+    """input [..., 2d] (fp16/bf16/fp32) -> silu(input[..., :d]) * input[..., d:], shape [..., d]."""
+    out = torch.empty((*input.shape[:-1], input.shape[-1] // 2), dtype=input.dtype, device=input.device)
+    silu_and_mul_op(out, input)
+    return out

@@ -1,0 +1,132 @@
+"""Device detection, core counts for kernel grids, and device peaks for roofline reports."""
+from __future__ import annotations
+
+import functools
+import os
+import time
+from dataclasses import dataclass
+
+import torch
+
+
+@functools.lru_cache(maxsize=None)
+def device_kind() -> str:
+    """'npu' when torch_npu is importable and an NPU is available, else 'cuda', else 'cpu'."""
+    try:
+        import torch_npu  # noqa: F401
+
+        if torch.npu.is_available():
+            return "npu"
+    except ImportError:
+        pass
+    if torch.cuda.is_available():
+        return "cuda"
+    return "cpu"
+
+
+def default_device() -> torch.device:
+    return torch.device(device_kind() if device_kind() != "npu" else "npu:0")
+
+
+@functools.lru_cache(maxsize=None)
+def _npu_properties(index: int) -> dict:
+    # triton-ascend's driver answers num_aicore / num_vectorcore; ask once per device.
+    import triton
+
+    return dict(triton.runtime.driver.active.utils.get_device_properties(index))
+
+
+# Under the Triton interpreter programs run one after another, so a small grid keeps tests fast
+# while still exercising the persistent loop (more work items than programs).
+INTERPRETER_GRID = 4
+
+
+def core_counts(device: torch.device | str | None = None) -> dict[str, int]:
+    """Physical cores a kernel grid should be sized to: cube (`tl.dot`) and vector cores."""
+    device = torch.device(device) if device is not None else default_device()
+    if device.type in ("npu", "privateuseone"):
+        props = _npu_properties(device.index or 0)
+        return {"cube": int(props["num_aicore"]), "vector": int(props["num_vectorcore"])}
+    if device.type == "cuda":
+        sms = torch.cuda.get_device_properties(device).multi_processor_count
+        return {"cube": sms, "vector": sms}
+    return {"cube": INTERPRETER_GRID, "vector": INTERPRETER_GRID}
+
+
+def grid_size(device: torch.device, work_items: int, *, uses_dot: bool = False) -> int:
+    """1-D persistent grid: one program per core (cube cores for `tl.dot` kernels), never more
+    programs than work items, at least one."""
+    cores = core_counts(device)["cube" if uses_dot else "vector"]
+    return max(1, min(cores, int(work_items)))
+
+
+@dataclass(frozen=True)
+class DevicePeak:
+    name: str
+    hbm_gbps: float  # memory bandwidth, GB/s
+    matrix_tflops: float  # dense fp16/bf16 matrix throughput (fp32 GEMM for the CPU), TFLOP/s
+    source: str
+
+
+# Published figures (conflicting sources are noted in ascend-kernel-rules.md; these are the common ones).
+PEAKS = {
+    "ascend910b": DevicePeak("Ascend 910B (A2)", 1600.0, 313.0, "published, fp16 dense"),
+    "h100": DevicePeak("NVIDIA H100 SXM", 3350.0, 989.0, "published, bf16 dense"),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def measured_cpu_peak() -> DevicePeak:
+    """This CPU, measured once per process: large-copy bandwidth and fp32 GEMM throughput."""
+    src = torch.empty(64 * 1024 * 1024 // 4, dtype=torch.float32).fill_(1.0)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    reps, t0 = 5, time.perf_counter()
+    for _ in range(reps):
+        dst.copy_(src)
+    gbps = 2 * src.numel() * 4 * reps / (time.perf_counter() - t0) / 1e9
+    a = torch.randn(1024, 1024)
+    b = torch.randn(1024, 1024)
+    a @ b
+    reps, t0 = 5, time.perf_counter()
+    for _ in range(reps):
+        a @ b
+    tflops = 2 * 1024**3 * reps / (time.perf_counter() - t0) / 1e12
+    return DevicePeak(f"this CPU ({os.cpu_count()} cores)", gbps, tflops, "measured, fp32")
+
+
+def current_peak() -> DevicePeak:
+    kind = device_kind()
+    if kind == "npu":
+        return PEAKS["ascend910b"]
+    if kind == "cuda":
+        return PEAKS["h100"]
+    return measured_cpu_peak()
+
+
+def report() -> list[tuple[str, str]]:
+    """Rows for `ascendkit info`."""
+    import importlib.metadata as md
+
+    def version(pkg: str) -> str:
+        try:
+            return md.version(pkg)
+        except md.PackageNotFoundError:
+            return "not installed"
+
+    kind = device_kind()
+    rows = [
+        ("device", kind),
+        ("torch", torch.__version__),
+        ("triton-ascend", version("triton-ascend")),
+        ("triton (upstream)", version("triton")),
+        ("torch-npu", version("torch-npu")),
+        ("kernel path on CPU", os.environ.get("ASCENDKIT_KERNELS", "reference")),
+        ("TRITON_INTERPRET", os.environ.get("TRITON_INTERPRET", "0")),
+    ]
+    if kind != "cpu":
+        cores = core_counts()
+        rows += [("cube cores", str(cores["cube"])), ("vector cores", str(cores["vector"]))]
+    for peak in (*PEAKS.values(), measured_cpu_peak()):
+        rows.append((f"peak: {peak.name}", f"{peak.hbm_gbps:,.0f} GB/s, {peak.matrix_tflops:,.2f} TFLOP/s ({peak.source})"))
+    return rows

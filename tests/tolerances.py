@@ -1,0 +1,22 @@
+"""The one tolerance table for kernel-vs-reference comparisons, per output dtype.
+
+fp32: both sides compute in fp32; only summation order differs (FlagGems' 1.3e-6 rtol).
+fp16/bf16: the kernel and the reference compute in fp32 and differ only by summation order, but an
+op may round twice (RMSNorm rounds the normalised value to the model dtype, then again after the
+weight, as HF does), so a 1-ulp difference before the second rounding can grow to ~2.5 ulp:
+3 ulp is allowed (fp16 ulp 2^-10, bf16 ulp 2^-7 relative at the bottom of a binade).
+"""
+from __future__ import annotations
+
+import torch
+
+TOLERANCES = {
+    torch.float32: {"rtol": 1.3e-6, "atol": 1e-5},
+    torch.float16: {"rtol": 3e-3, "atol": 1e-3},
+    torch.bfloat16: {"rtol": 2.4e-2, "atol": 1e-2},
+}
+
+
+def assert_close(actual: torch.Tensor, expected: torch.Tensor, **override) -> None:
+    tol = {**TOLERANCES[expected.dtype], **override}
+    torch.testing.assert_close(actual, expected, **tol, equal_nan=False)
