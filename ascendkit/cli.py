@@ -32,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check-ascend", help="lower every kernel for Ascend910B4 on this machine and report hazards")
     check.add_argument("--family", action="append", help="only this kernel family (repeatable)")
     check.set_defaults(func=_check_ascend)
+    from ascendkit.bench.cli import add_bench_parser
+
+    add_bench_parser(sub)
     return parser
 
 

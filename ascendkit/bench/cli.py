@@ -1,0 +1,43 @@
+"""Arguments of `ascendkit bench kernels | e2e | host`. Kept free of heavy imports: the benchmark
+modules (torch, transformers) load only when their subcommand runs."""
+from __future__ import annotations
+
+import argparse
+import importlib
+from pathlib import Path
+
+DEFAULT_OUT = Path("bench/results")
+
+
+def _route(module: str):
+    return lambda args: importlib.import_module(f"ascendkit.bench.{module}").main(args)
+
+
+def add_bench_parser(sub: argparse._SubParsersAction) -> None:
+    bench = sub.add_parser("bench", help="kernel microbenchmarks, end-to-end throughput, host overhead")
+    which = bench.add_subparsers(dest="bench", required=True)
+
+    kernels = which.add_parser("kernels", help="every op over real model shapes: time, GB/s, TFLOP/s, roofline PNG")
+    kernels.add_argument("--family", action="append", help="only this op family (repeatable); default: all")
+    kernels.add_argument("--dtype", choices=("fp16", "bf16", "fp32"), help="default: fp32 on CPU, bf16 on NPU/CUDA")
+    kernels.add_argument("--min-time", type=float, default=0.2, help="seconds of timed calls per case")
+    kernels.set_defaults(func=_route("kernels"))
+
+    e2e = which.add_parser("e2e", help="offline generation throughput, TTFT/TPOT; --compare hf / llama.cpp")
+    e2e.add_argument("--model", default="default", help="model name or path, as LLM(model=...) takes it")
+    e2e.add_argument("--num-prompts", type=int, default=8)
+    e2e.add_argument("--input-len", type=int, default=128)
+    e2e.add_argument("--output-len", type=int, default=64)
+    e2e.add_argument("--dtype", choices=("fp16", "bf16", "fp32"), help="default: fp32 on CPU, bf16 on NPU/CUDA")
+    e2e.add_argument("--compare", action="append", choices=("hf", "llama.cpp"), default=[],
+                     help="also run this peer on the same model, prompts and dtype (repeatable)")
+    e2e.set_defaults(func=_route("e2e"))
+
+    host = which.add_parser("host", help="scheduler + input preparation + sampling per decode step, model stubbed out")
+    host.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 32, 256])
+    host.add_argument("--steps", type=int, default=50, help="decode steps timed per batch size")
+    host.set_defaults(func=_route("host_overhead"))
+
+    for parser in (kernels, e2e, host):
+        parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run for CI, numbers meaningless")
+        parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="directory for the JSON (and PNG) results")
