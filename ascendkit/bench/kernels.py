@@ -86,3 +86,22 @@ def main(args: argparse.Namespace) -> int:
     print(table(record))
     print(f"wrote {args.out / 'kernels.json'} and {args.out / 'roofline.png'}")
     return 0 if record["rows"] else 1
+
+
+def benchmark_case(benchmark, case: KernelCase, impl: str = "ascendkit") -> None:
+    """pytest-benchmark adapter (bench/test_<family>.py): time our op (or, impl="torch_npu", the
+    vendor baseline), grouped by case so both sit side by side, with bytes, FLOPs and the roofline
+    metrics in extra_info. Each call synchronises the device so queued kernels are counted."""
+    device = platform.default_device()
+    fn = (case.baseline if impl == "torch_npu" else case.setup)(device)
+
+    def call() -> None:
+        fn()
+        synchronize(device)
+
+    benchmark.group = case.name
+    benchmark.extra_info.update(op=case.op, impl=impl, shape=case.shape, bytes=case.bytes_moved, flops=case.flops)
+    benchmark(call)
+    if benchmark.stats is not None:  # None under --benchmark-disable (a single plain call)
+        benchmark.extra_info.update(roofline_metrics(case.bytes_moved, case.flops, benchmark.stats.stats.median,
+                                                     platform.current_peak()))

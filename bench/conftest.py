@@ -1,0 +1,27 @@
+"""pytest-benchmark microbenchmarks, one file per op family. Each file names its FAMILY and takes
+a `kernel_case` argument; this hook parametrizes it over the family's real-shape cases
+(ascendkit/bench/cases/<family>.py) and `impl` over ascendkit and, on NPU, the torch_npu baseline.
+
+  pytest bench --benchmark-json=bench/results/pytest-benchmark.json    # the full grid
+  ASCENDKIT_BENCH_QUICK=1 pytest bench --benchmark-disable             # one tiny shape, one call
+ASCENDKIT_BENCH_DTYPE=fp16|bf16|fp32 overrides the dtype (default fp32 on CPU, bf16 on devices).
+"""
+import os
+
+from ascendkit import platform
+from ascendkit.bench.cases import all_cases
+from ascendkit.bench.kernels import DTYPES, default_dtype
+
+
+def pytest_generate_tests(metafunc):
+    if "kernel_case" not in metafunc.fixturenames:
+        return
+    dtype = DTYPES[os.environ.get("ASCENDKIT_BENCH_DTYPE") or default_dtype()]
+    quick = os.environ.get("ASCENDKIT_BENCH_QUICK", "0") == "1"
+    on_npu = platform.device_kind() == "npu"
+    params, ids = [], []
+    for case in all_cases(dtype, quick, [metafunc.module.FAMILY]):
+        for impl in ("ascendkit", "torch_npu") if on_npu and case.baseline else ("ascendkit",):
+            params.append((case, impl))
+            ids.append(f"{case.name}-{impl}")
+    metafunc.parametrize(("kernel_case", "impl"), params, ids=ids)
