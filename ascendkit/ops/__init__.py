@@ -3,5 +3,7 @@ wrappers that allocate outputs: `ascendkit.ops.rms_norm(x, w, eps)` etc."""
 from ascendkit.ops._registry import REGISTERED, kernel_path
 from ascendkit.ops.activation import silu_and_mul
 from ascendkit.ops.norm import fused_add_rms_norm, rms_norm
+from ascendkit.ops.mla import mla_attention
+from ascendkit.ops.quant import dynamic_scaled_int8_quant, scaled_mm, static_scaled_int8_quant, w8a8_linear
 
 __all__ = ["REGISTERED", "kernel_path", "rms_norm", "fused_add_rms_norm", "silu_and_mul"]

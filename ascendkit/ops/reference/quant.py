@@ -1,0 +1,94 @@
+"""References: static/dynamic int8 quantization, scaled_mm, w8a8_linear.
+
+Rounding is half to even (torch.round, as vLLM's CUDA cvt.rni) and results saturate to
+[-128, 127]. On CPU this is the production path of W8A8 models, so the GEMM runs as fp32 matmuls
+over K slices that keep every partial sum exact (see `int8_matmul`): torch._int_mm measured
+10-30x slower than fp32 matmul on this CPU.
+"""
+from __future__ import annotations
+
+import torch
+
+# |int8 x int8| <= 2^14, so a sum over 1024 products stays within 2^24, where fp32 holds every
+# integer exactly whatever the summation order: an fp32 GEMM over such a slice is exact.
+EXACT_K_SLICE = 1024
+
+
+def round_saturate(x: torch.Tensor, azp: torch.Tensor | int | None = None) -> torch.Tensor:
+    """round-half-even(x) (+ azp), saturated to the int8 range; stays fp32 (exact integers)."""
+    q = torch.round(x)
+    if azp is not None:
+        q = q + azp
+    return q.clamp_(-128, 127)
+
+
+def _safe(scale: torch.Tensor) -> torch.Tensor:
+    # An all-zero (or constant, for azp) row has scale 0: divide by 1 instead so it quantizes to
+    # the zero point with no NaN/inf; dequantizing gives (q - azp) * 0 = 0.
+    return torch.where(scale == 0, torch.ones_like(scale), scale)
+
+
+def dynamic_symmetric(xf: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row scale = max|x| / 127 and the quantized rows (fp32 holding int8 values)."""
+    scale = xf.abs().amax(-1, keepdim=True) / 127
+    return round_saturate(xf / _safe(scale)), scale
+
+
+def dynamic_asymmetric(xf: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """vLLM's asymmetric scheme: scale = (max - min) / 255, azp = round(-128 - min / scale)."""
+    hi, lo = xf.amax(-1, keepdim=True), xf.amin(-1, keepdim=True)
+    scale = (hi - lo) / 255
+    safe = _safe(scale)
+    azp = torch.round(-128 - lo / safe)
+    return round_saturate(xf / safe, azp), scale, azp
+
+
+def static_scaled_int8_quant(out: torch.Tensor, input: torch.Tensor, scale: torch.Tensor, azp: torch.Tensor | None) -> None:
+    q = round_saturate(input.float() / scale.reshape(()), None if azp is None else azp.reshape(()))
+    out.copy_(q)
+
+
+def dynamic_scaled_int8_quant(out: torch.Tensor, input: torch.Tensor, scales: torch.Tensor, azp: torch.Tensor | None) -> None:
+    xf = input.float()
+    if azp is None:
+        q, scale = dynamic_symmetric(xf)
+    else:
+        q, scale, zero = dynamic_asymmetric(xf)
+        azp.copy_(zero.reshape(azp.shape))
+    scales.copy_(scale.reshape(scales.shape))
+    out.copy_(q)
+
+
+def int8_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Exact a [M, K] @ b [K, N] (int8-valued, any float or int8 dtype) as int32, via fp32
+    matmuls over K slices of EXACT_K_SLICE."""
+    acc = None
+    for k0 in range(0, a.shape[1], EXACT_K_SLICE):
+        part = (a[:, k0:k0 + EXACT_K_SLICE].float() @ b[k0:k0 + EXACT_K_SLICE].float()).to(torch.int32)
+        acc = part if acc is None else acc.add_(part)
+    if acc is None:  # K == 0
+        return torch.zeros(a.shape[0], b.shape[1], dtype=torch.int32, device=a.device)
+    return acc
+
+
+def _epilogue(acc: torch.Tensor, a_scales: torch.Tensor, b_scales: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    # fp32: (acc * a_scale) * b_scale, then + bias, in this order (the kernel's order).
+    y = acc.float() * a_scales.reshape(-1, 1) * b_scales.reshape(1, -1)
+    return y + bias.float() if bias is not None else y
+
+
+def scaled_mm(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, a_scales: torch.Tensor, b_scales: torch.Tensor,
+              bias: torch.Tensor | None) -> None:
+    out.copy_(_epilogue(int8_matmul(a, b), a_scales, b_scales, bias))
+
+
+def w8a8_linear(input: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, input_scale: torch.Tensor | None,
+                bias: torch.Tensor | None) -> torch.Tensor:
+    xf = input.reshape(-1, input.shape[-1]).float()
+    if input_scale is None:
+        q, a_scales = dynamic_symmetric(xf)
+    else:
+        a_scales = input_scale.reshape(1)
+        q = round_saturate(xf / a_scales)
+    y = _epilogue(int8_matmul(q, weight.t()), a_scales, weight_scale, bias)
+    return y.to(input.dtype).reshape(*input.shape[:-1], weight.shape[0])
