@@ -1,0 +1,27 @@
+"""References: reshape_and_cache_flash, concat_and_cache_mla (slot −1 = padding, skipped)."""
+from __future__ import annotations
+
+import torch
+
+
+def _block_and_offset(slot_mapping: torch.Tensor, block_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    valid = (slot_mapping >= 0).nonzero().squeeze(1)
+    slots = slot_mapping.index_select(0, valid).long()
+    return valid, slots // block_size, slots % block_size
+
+
+def reshape_and_cache_flash(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                            slot_mapping: torch.Tensor, kv_cache_dtype: str, k_scale: torch.Tensor,
+                            v_scale: torch.Tensor) -> None:
+    # kv_cache_dtype "auto" (the only one accepted): stored as is, the scales are unused.
+    valid, block, offset = _block_and_offset(slot_mapping, key_cache.shape[1])
+    key_cache[block, offset] = key.index_select(0, valid)
+    value_cache[block, offset] = value.index_select(0, valid)
+
+
+def concat_and_cache_mla(kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
+                         kv_cache_dtype: str, scale: torch.Tensor) -> None:
+    valid, block, offset = _block_and_offset(slot_mapping, kv_cache.shape[1])
+    rank = kv_c.shape[-1]
+    kv_cache[block, offset, :rank] = kv_c.index_select(0, valid)
+    kv_cache[block, offset, rank:] = k_pe.reshape(k_pe.shape[0], -1).index_select(0, valid)

@@ -1,0 +1,26 @@
+"""Reference: rotary_embedding (vLLM semantics), fp32 math rounded once to the tensor dtype."""
+from __future__ import annotations
+
+import torch
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, head_size: int, is_neox: bool) -> None:
+    heads = x.view(x.shape[0], -1, head_size)  # [T, H*D] or [T, H, D] -> [T, H, D] view
+    rot = heads[..., : 2 * cos.shape[-1]]
+    xf = rot.float()
+    if is_neox:  # rotate halves: (x[:r/2], x[r/2:r])
+        x1, x2 = xf.chunk(2, dim=-1)
+    else:  # GPT-J: interleaved pairs (x[0::2], x[1::2])
+        x1, x2 = xf[..., 0::2], xf[..., 1::2]
+    o1 = x1 * cos - x2 * sin
+    o2 = x2 * cos + x1 * sin
+    rot.copy_(torch.cat((o1, o2), -1) if is_neox else torch.stack((o1, o2), -1).flatten(-2))
+
+
+def rotary_embedding(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | None, head_size: int,
+                     cos_sin_cache: torch.Tensor, is_neox: bool) -> None:
+    rows = cos_sin_cache.index_select(0, positions).float()[:, None, :]  # [T, 1, rot_dim]
+    cos, sin = rows.chunk(2, dim=-1)
+    _rotate(query, cos, sin, head_size, is_neox)
+    if key is not None:
+        _rotate(key, cos, sin, head_size, is_neox)
