@@ -1,0 +1,141 @@
+"""`ascendkit bench e2e`: offline generation throughput of `LLM.generate` (output and total
+tokens/s, TTFT and TPOT percentiles) on synthetic token prompts, optionally beside HF transformers
+and llama.cpp on the same model file, prompts and dtype, with the ratios. Also the compute roof:
+the measured GEMM throughput over 2·params FLOPs per token, and ours as a fraction of it.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from ascendkit import platform
+from ascendkit.bench.kernels import DTYPES, default_dtype
+from ascendkit.bench.peers import RunResult, llamacpp_available, run_hf, run_llamacpp
+from ascendkit.bench.report import format_table, write_json
+
+QUICK = {"num_prompts": 2, "input_len": 8, "output_len": 4}
+# Token ids below this are the special/control tokens of the GGUF vocabularies we ship; prompts
+# avoid them so no engine stops or switches templates on them.
+FIRST_PLAIN_TOKEN = 100
+
+
+def model_path(model: str) -> Path:
+    from ascendkit.model import default_model_path
+
+    return Path(default_model_path() if model == "default" else model)
+
+
+def synthetic_prompts(num_prompts: int, input_len: int, vocab_size: int, seed: int = 0) -> list[list[int]]:
+    """Random plain-token prompts of exactly input_len tokens (same for every engine)."""
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(FIRST_PLAIN_TOKEN, vocab_size, (num_prompts, input_len), generator=gen).tolist()
+
+
+def run_ours(llm, prompts: list[list[int]], output_len: int) -> RunResult:
+    from ascendkit.runtime import SamplingParams
+
+    greedy = SamplingParams(temperature=0.0, max_tokens=output_len, ignore_eos=True)
+    llm.generate(prompts[:1], SamplingParams(temperature=0.0, max_tokens=2, ignore_eos=True), use_tqdm=False)  # warm-up
+    start = time.perf_counter()
+    outputs = llm.generate(prompts, greedy, use_tqdm=False)
+    wall = time.perf_counter() - start
+    token_ids = [list(o.outputs[0].token_ids) for o in outputs]
+    ttft = [o.metrics.first_token_time - o.metrics.arrival_time for o in outputs]
+    tpot = [(o.metrics.finished_time - o.metrics.first_token_time) / max(len(t) - 1, 1) for o, t in zip(outputs, token_ids)]
+    return RunResult("ascendkit", wall, sum(map(len, prompts)), sum(map(len, token_ids)), ttft, tpot, token_ids,
+                     [f"LLM.generate, {platform.device_kind()}"])
+
+
+def percentiles(values: list[float], points: tuple[int, ...] = (50, 90, 99)) -> dict[str, float]:
+    if len(values) == 1:
+        return {f"p{p}": values[0] for p in points}
+    cuts = statistics.quantiles(values, n=100, method="inclusive")
+    return {f"p{p}": cuts[p - 1] for p in points}
+
+
+def agreement(ours: list[list[int]], theirs: list[list[int]] | None) -> float | None:
+    """Fraction of greedy output tokens identical to ours, position by position."""
+    if theirs is None:
+        return None
+    pairs = [(a, b) for x, y in zip(ours, theirs) for a, b in zip(x, y)]
+    return sum(a == b for a, b in pairs) / len(pairs) if pairs else None
+
+
+def summarise(result: RunResult, ours: RunResult) -> dict:
+    return {
+        "engine": result.engine, "wall_s": result.wall_s, "prompt_tokens": result.prompt_tokens,
+        "output_tokens": result.output_tokens, "output_tok_s": result.output_tok_s, "total_tok_s": result.total_tok_s,
+        "ttft_ms": {k: v * 1e3 for k, v in percentiles(result.ttft_s).items()},
+        "tpot_ms": {k: v * 1e3 for k, v in percentiles(result.tpot_s).items()},
+        "ours_over_this": ours.output_tok_s / result.output_tok_s,
+        "token_agreement_with_ours": agreement(ours.token_ids or [], result.token_ids),
+        "notes": result.notes,
+    }
+
+
+def compute_roof(params: int, ours: RunResult) -> dict:
+    """2·params FLOPs per token (prompt or output) against the device's matrix peak; on CPU the
+    peak is this machine's measured fp32 GEMM throughput."""
+    peak = platform.current_peak()
+    roof_tok_s = peak.matrix_tflops * 1e12 / (2 * params)
+    return {"params": params, "gemm_gflops": peak.matrix_tflops * 1e3, "peak_source": f"{peak.name}, {peak.source}",
+            "roof_tok_s": roof_tok_s, "ours_total_tok_s_frac_of_roof": ours.total_tok_s / roof_tok_s}
+
+
+def run(model: str, num_prompts: int, input_len: int, output_len: int, dtype: str, compare: list[str], out_dir: Path) -> dict:
+    from ascendkit.runtime import LLM
+
+    path = model_path(model)
+    llm = LLM(model=model, dtype=DTYPES[dtype], max_num_seqs=num_prompts,
+              max_num_batched_tokens=max(num_prompts * input_len, 512))
+    params = sum(p.numel() for p in llm.model.parameters())
+    prompts = synthetic_prompts(num_prompts, input_len, llm.config.vocab_size)
+    ours = run_ours(llm, prompts, output_len)
+    del llm  # free its KV cache before a peer loads its own copy of the model
+    results = [ours]
+    skipped = {}
+    for peer in compare:
+        if peer == "hf":
+            results.append(run_hf(path, prompts, output_len, DTYPES[dtype]))
+        elif not llamacpp_available():
+            skipped[peer] = "xllamacpp is not installed (pip install xllamacpp)"
+        elif path.suffix != ".gguf":
+            skipped[peer] = f"llama.cpp needs a .gguf model, got {path}"
+        else:
+            results.append(run_llamacpp(path, prompts, output_len))
+    payload = {
+        "benchmark": "e2e", "model": str(path), "dtype": dtype, "num_prompts": num_prompts, "input_len": input_len,
+        "output_len": output_len, "rows": [summarise(r, ours) for r in results], "skipped": skipped,
+        "roof": compute_roof(params, ours),
+    }
+    return write_json(out_dir / "e2e.json", payload)
+
+
+def table(record: dict) -> str:
+    headers = ["engine", "out tok/s", "total tok/s", "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms", "TPOT p99 ms",
+               "ours / this", "same tokens"]
+    body = [[r["engine"], r["output_tok_s"], r["total_tok_s"], r["ttft_ms"]["p50"], r["ttft_ms"]["p99"],
+             r["tpot_ms"]["p50"], r["tpot_ms"]["p99"], r["ours_over_this"], r["token_agreement_with_ours"]]
+            for r in record["rows"]]
+    roof = record["roof"]
+    lines = [
+        f"e2e: {record['model']} ({record['dtype']}), {record['num_prompts']} prompts x {record['input_len']} "
+        f"in / {record['output_len']} out, greedy, EOS ignored",
+        format_table(headers, body),
+        f"compute roof: {roof['gemm_gflops']:,.1f} GFLOP/s GEMM ({roof['peak_source']}) / (2 x {roof['params'] / 1e6:,.1f} M params)"
+        f" = {roof['roof_tok_s']:,.0f} tokens/s; ours {roof['ours_total_tok_s_frac_of_roof']:.1%} of it (total tokens)",
+    ]
+    lines += [f"skipped {peer}: {why}" for peer, why in record["skipped"].items()]
+    return "\n".join(lines)
+
+
+def main(args: argparse.Namespace) -> int:
+    sizes = QUICK if args.quick else {"num_prompts": args.num_prompts, "input_len": args.input_len, "output_len": args.output_len}
+    record = run(args.model, dtype=args.dtype or default_dtype(), compare=args.compare, out_dir=args.out, **sizes)
+    print(table(record))
+    print(f"wrote {args.out / 'e2e.json'}")
+    return 0

@@ -1,0 +1,69 @@
+"""`ascendkit bench kernels --quick` and the pytest-benchmark files run end to end on CPU and
+produce their table, JSON and roofline PNG. Timings are never asserted."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ascendkit.bench.cases import all_cases
+from ascendkit.bench.roofline import roofline_metrics
+from ascendkit.cli import main
+from ascendkit.platform import DevicePeak
+
+REPO = Path(__file__).resolve().parents[2]
+ROW_FIELDS = {"family", "op", "name", "shape", "dtype", "bytes", "flops", "time_us", "gbps", "tflops",
+              "intensity", "bw_frac", "compute_frac", "roofline_frac"}
+
+
+def test_cli_quick_writes_json_png_and_table(tmp_path, capsys):
+    assert main(["bench", "kernels", "--quick", "--out", str(tmp_path)]) == 0
+    record = json.loads((tmp_path / "kernels.json").read_text())
+    assert record["benchmark"] == "kernels" and record["implementation"] == "reference"
+    assert {"name", "hbm_gbps", "matrix_tflops", "source"} <= set(record["peak"])
+    assert {"device", "time_utc", "torch"} <= set(record["context"])
+    ops = {row["op"] for row in record["rows"]}
+    assert {"rms_norm", "fused_add_rms_norm", "silu_and_mul"} <= ops
+    for row in record["rows"]:
+        assert ROW_FIELDS <= set(row), row["name"]
+        assert row["bytes"] > 0 and row["flops"] > 0 and row["time_us"] > 0
+    png = (tmp_path / "roofline.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 10_000
+    table = capsys.readouterr().out
+    assert "% roofline" in table and "rms_norm[tokens=7,hidden=576,float32]" in table
+
+
+def test_family_filter_and_unknown_family(tmp_path):
+    assert main(["bench", "kernels", "--quick", "--family", "norm", "--out", str(tmp_path)]) == 0
+    ops = {row["op"] for row in json.loads((tmp_path / "kernels.json").read_text())["rows"]}
+    assert ops == {"rms_norm", "fused_add_rms_norm"}
+    with pytest.raises(ValueError, match="^families: unknown"):
+        main(["bench", "kernels", "--quick", "--family", "nope", "--out", str(tmp_path)])
+
+
+def test_case_bytes_and_flops_follow_the_shape():
+    # rms_norm over [T, H] in fp32: read x, write out (T*H each), read the weight (H); 4 FLOPs per element.
+    import torch
+
+    case = next(c for c in all_cases(torch.float32, quick=True, only=["norm"]) if c.op == "rms_norm")
+    t, h = case.shape["tokens"], case.shape["hidden"]
+    assert case.bytes_moved == (2 * t * h + h) * 4 and case.flops == 4 * t * h
+
+
+def test_roofline_fraction_is_the_bound_over_the_time():
+    peak = DevicePeak("toy", hbm_gbps=100.0, matrix_tflops=1.0, source="test")
+    memory_bound = roofline_metrics(bytes_moved=10**9, flops=10**9, seconds=0.02, peak=peak)
+    assert memory_bound["gbps"] == pytest.approx(50.0) and memory_bound["roofline_frac"] == pytest.approx(0.5)
+    compute_bound = roofline_metrics(bytes_moved=10**6, flops=10**12, seconds=4.0, peak=peak)
+    assert compute_bound["roofline_frac"] == pytest.approx(0.25) and compute_bound["intensity"] == 1e6
+
+
+def test_pytest_benchmark_files_run_once_in_quick_mode():
+    env = {**os.environ, "ASCENDKIT_BENCH_QUICK": "1"}
+    env.pop("TRITON_INTERPRET", None)  # the benchmarks time the CPU reference path, as users run them
+    done = subprocess.run([sys.executable, "-m", "pytest", "bench", "-q", "-p", "no:cacheprovider", "--benchmark-disable"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert " passed" in done.stdout
