@@ -2,7 +2,7 @@
 a `kernel_case` argument; this hook parametrizes it over the family's real-shape cases
 (ascendkit/bench/cases/<family>.py) and `impl` over ascendkit and, on NPU, the torch_npu baseline.
 
-  pytest bench --benchmark-json=bench/results/pytest-benchmark.json    # the full grid
+  pytest bench --benchmark-json=bench/out/pytest-benchmark.json    # the full grid
   ASCENDKIT_BENCH_QUICK=1 pytest bench --benchmark-disable             # one tiny shape, one call
 ASCENDKIT_BENCH_DTYPE=fp16|bf16|fp32 overrides the dtype (default fp32 on CPU, bf16 on devices).
 """

@@ -6,7 +6,7 @@ import argparse
 import importlib
 from pathlib import Path
 
-DEFAULT_OUT = Path("bench/results")
+DEFAULT_OUT = Path("bench/out")
 
 
 def _route(module: str):
