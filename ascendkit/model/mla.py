@@ -1,0 +1,88 @@
+"""DeepSeek-V2 multi-head latent attention over the paged latent cache (absorbed form).
+
+Per token: q = q_proj(x) (or q_b_proj(norm(q_a_proj(x))) with q_lora), split [nope | rope];
+kv_a_proj(x) = [kv_c (kv_lora_rank) | k_pe (rope dim)], kv_c normed. Rope (interleaved pairs,
+as HF's DeepSeek-V2) rotates q_pe and the single shared k_pe. The cache holds [kv_c | k_pe] per
+token. kv_b_proj's weight [H·(nope+v), L] splits into W_UK [H, nope, L] and W_UV [H, v, L]:
+attention runs in latent space with query [q_nope·W_UK | q_pe] and V = kv_c, and the [T, H, L]
+result is mapped back by W_UV before o_proj.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+import ascendkit.ops as ak
+from ascendkit.model.attention_metadata import AttentionMetadata
+from ascendkit.model.linear import Linear
+from ascendkit.model.norm import RMSNorm
+from ascendkit.model.rotary import RotaryEmbedding
+
+# HF builds q_a_layernorm / kv_a_layernorm with DeepseekV2RMSNorm's default eps, not rms_norm_eps.
+LATENT_NORM_EPS = 1e-6
+
+
+class MLAttention(nn.Module):
+    def __init__(self, hidden_size: int, num_heads: int, q_lora_rank: int | None, kv_lora_rank: int,
+                 qk_nope_head_dim: int, qk_rope_head_dim: int, v_head_dim: int, scale: float,
+                 rotary: RotaryEmbedding, attention_bias: bool = False) -> None:
+        super().__init__()
+        self.num_heads, self.kv_lora_rank = num_heads, kv_lora_rank
+        self.nope_dim, self.rope_dim, self.v_dim = qk_nope_head_dim, qk_rope_head_dim, v_head_dim
+        self.scale = scale
+        q_out = num_heads * (qk_nope_head_dim + qk_rope_head_dim)
+        if q_lora_rank is None:
+            self.q_proj = Linear(hidden_size, q_out)
+        else:
+            self.q_a_proj = Linear(hidden_size, q_lora_rank, bias=attention_bias)
+            self.q_a_layernorm = RMSNorm(q_lora_rank, LATENT_NORM_EPS)
+            self.q_b_proj = Linear(q_lora_rank, q_out)
+        self.kv_a_proj_with_mqa = Linear(hidden_size, kv_lora_rank + qk_rope_head_dim, bias=attention_bias)
+        self.kv_a_layernorm = RMSNorm(kv_lora_rank, LATENT_NORM_EPS)
+        self.kv_b_proj = Linear(kv_lora_rank, num_heads * (qk_nope_head_dim + v_head_dim))
+        self.o_proj = Linear(num_heads * v_head_dim, hidden_size, bias=attention_bias)
+        self.rotary = rotary
+        self.kv_cache: torch.Tensor | None = None  # [num_blocks, block_size, kv_lora_rank + rope dim]
+        self.w_uk: torch.Tensor | None = None  # [H, nope, L], derived from kv_b_proj by absorb_weights()
+        self.w_uv: torch.Tensor | None = None  # [H, v, L]
+
+    def absorb_weights(self) -> None:
+        """Split kv_b_proj's (dequantized) weight into W_UK / W_UV; call after loading or quantizing."""
+        w = self.kv_b_proj.dequantized_weight(self.kv_a_layernorm.weight.dtype)
+        w = w.view(self.num_heads, self.nope_dim + self.v_dim, self.kv_lora_rank)
+        self.w_uk = w[:, : self.nope_dim].contiguous()
+        self.w_uv = w[:, self.nope_dim:].contiguous()
+
+    def cache_elements_per_block(self, block_size: int) -> int:
+        return block_size * (self.kv_lora_rank + self.rope_dim)
+
+    def allocate_cache(self, num_blocks: int, block_size: int, dtype: torch.dtype, device: torch.device) -> None:
+        self.kv_cache = torch.zeros((num_blocks, block_size, self.kv_lora_rank + self.rope_dim), dtype=dtype, device=device)
+
+    def _query(self, x: torch.Tensor) -> torch.Tensor:
+        if hasattr(self, "q_proj"):
+            return self.q_proj(x)
+        return self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x)))
+
+    def forward(self, positions: torch.Tensor, x: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        """x [T, hidden] -> [T, hidden]; writes this step's latent KV into the paged cache."""
+        if self.kv_cache is None:
+            raise RuntimeError("KV cache not allocated: call model.allocate_kv_cache(...) first")
+        if self.w_uk is None:
+            self.absorb_weights()
+        tokens = x.shape[0]
+        q = self._query(x).view(tokens, self.num_heads, self.nope_dim + self.rope_dim)
+        q_nope, q_pe = q.split([self.nope_dim, self.rope_dim], dim=-1)
+        kv_c, k_pe = self.kv_a_proj_with_mqa(x).split([self.kv_lora_rank, self.rope_dim], dim=-1)
+        kv_c = self.kv_a_layernorm(kv_c)
+        q_pe, k_pe = q_pe.contiguous(), k_pe.reshape(tokens, 1, self.rope_dim).contiguous()
+        self.rotary(positions, q_pe, k_pe)
+        scale = torch.ones((), dtype=torch.float32, device=x.device)
+        torch.ops.ascend.concat_and_cache_mla(kv_c, k_pe.view(tokens, self.rope_dim), self.kv_cache, meta.slot_mapping,
+                                              "auto", scale)
+        q_latent = torch.einsum("thn,hnl->thl", q_nope, self.w_uk)
+        query = torch.cat([q_latent, q_pe], dim=-1)
+        out = ak.mla_attention(query, self.kv_cache, meta.block_tables, meta.cu_seqlens_q, meta.seqused_k,
+                               meta.max_seqlen_q, meta.max_seqlen_k, self.kv_lora_rank, self.scale)
+        out = torch.einsum("thl,hvl->thv", out, self.w_uv)
+        return self.o_proj(out.reshape(tokens, self.num_heads * self.v_dim))

@@ -1,0 +1,20 @@
+"""Gated MLP (SwiGLU): down(silu(gate(x)) * up(x)) with gate/up merged into one matmul."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+import ascendkit.ops as ak
+from ascendkit.model.linear import Linear
+
+
+class GatedMLP(nn.Module):
+    def __init__(self, hidden_size: int, intermediate_size: int, bias: bool = False) -> None:
+        super().__init__()
+        self.gate_up_proj = Linear(hidden_size, [intermediate_size, intermediate_size], bias=bias,
+                                   shard_names=["gate_proj", "up_proj"])
+        self.down_proj = Linear(intermediate_size, hidden_size, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x [T, hidden] -> [T, hidden]."""
+        return self.down_proj(ak.silu_and_mul(self.gate_up_proj(x)))
