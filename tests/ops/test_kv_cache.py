@@ -1,0 +1,132 @@
+"""reshape_and_cache_flash / concat_and_cache_mla: reference vs an independent per-token loop,
+opcheck, torch.compile, functional wrappers and bad inputs."""
+import pytest
+import torch
+
+import ascendkit.ops as ak
+from opchecks import compiles, opcheck, raises_naming
+
+OPS = torch.ops.ascend
+ONE = torch.ones((), dtype=torch.float32)
+
+
+def _slots(tokens: int, num_blocks: int, block_size: int, dtype=torch.int64) -> torch.Tensor:
+    slots = torch.randperm(num_blocks * block_size)[:tokens]
+    slots[::3] = -1  # padding tokens
+    return slots.to(dtype)
+
+
+def _expected_cache(cache: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    """One token at a time, by flat slot index into [num_blocks * block_size, ...]."""
+    flat = cache.clone().reshape(-1, *cache.shape[2:])
+    for t, slot in enumerate(slots.tolist()):
+        if slot >= 0:
+            flat[slot] = rows[t]
+    return flat.reshape(cache.shape)
+
+
+@pytest.mark.parametrize("slot_dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_flash_reference_matches_loop(slot_dtype, dtype):
+    tokens, blocks, bs, heads, dim = 13, 5, 16, 2, 64
+    key, value = torch.randn(tokens, heads, dim, dtype=dtype), torch.randn(tokens, heads, dim, dtype=dtype)
+    key_cache = torch.full((blocks, bs, heads, dim), float("nan"), dtype=dtype)
+    value_cache = torch.full_like(key_cache, float("nan"))
+    slots = _slots(tokens, blocks, bs, slot_dtype)
+    expect_k, expect_v = _expected_cache(key_cache, key, slots), _expected_cache(value_cache, value, slots)
+    ak.reshape_and_cache_flash(key, value, key_cache, value_cache, slots)
+    torch.testing.assert_close(key_cache, expect_k, rtol=0, atol=0, equal_nan=True)
+    torch.testing.assert_close(value_cache, expect_v, rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("k_pe_3d", [False, True])
+def test_mla_reference_matches_loop(k_pe_3d):
+    tokens, blocks, bs = 9, 3, 16
+    latent = torch.randn(tokens, 512 + 64 + 40)  # kv_c and k_pe are slices of one projection
+    kv_c, k_pe = latent[:, :512], latent[:, 512:576]
+    k_pe = k_pe.unsqueeze(1) if k_pe_3d else k_pe
+    cache = torch.full((blocks, bs, 576), float("nan"))
+    slots = _slots(tokens, blocks, bs)
+    expect = _expected_cache(cache, latent[:, :576], slots)
+    ak.concat_and_cache_mla(kv_c, k_pe, cache, slots)
+    torch.testing.assert_close(cache, expect, rtol=0, atol=0, equal_nan=True)
+
+
+def test_flash_slot_mapping_shorter_than_key():
+    # Graph-padded batches: key has more rows than slot_mapping; the extra rows are ignored.
+    key = torch.randn(6, 1, 64)
+    cache = torch.zeros(2, 16, 1, 64)
+    ak.reshape_and_cache_flash(key, key, cache, cache.clone(), torch.tensor([0, 1, 2, 3]))
+    assert torch.equal(cache[0, :4], key[:4]) and not cache[0, 4:].any()
+
+
+def _flash_args():
+    key, value = torch.randn(5, 2, 64), torch.randn(5, 2, 64)
+    cache = torch.zeros(3, 16, 2, 64)
+    return [key, value, cache, cache.clone(), torch.tensor([3, -1, 40, 0, 17]), "auto", ONE, ONE]
+
+
+def _mla_args():
+    return [torch.randn(5, 64), torch.randn(5, 32), torch.zeros(3, 16, 96), torch.tensor([3, -1, 40, 0, 17], dtype=torch.int32), "auto", ONE]
+
+
+@pytest.mark.parametrize("path", ["reference"])
+def test_opcheck(path, monkeypatch):
+    monkeypatch.setenv("ASCENDKIT_KERNELS", path)
+    opcheck(OPS.reshape_and_cache_flash.default, _flash_args())
+    opcheck(OPS.concat_and_cache_mla.default, _mla_args())
+
+
+def test_compile_fullgraph():
+    def fn(key, value, key_cache, value_cache, slots, kv_c, k_pe, mla_cache, mla_slots):
+        ak.reshape_and_cache_flash(key, value, key_cache, value_cache, slots)
+        ak.concat_and_cache_mla(kv_c, k_pe, mla_cache, mla_slots)
+        return key_cache.sum() + value_cache.sum() + mla_cache.sum()
+
+    flash, mla = _flash_args(), _mla_args()
+    compiles(fn, *flash[:5], *mla[:4])
+
+
+def test_bad_inputs_flash():
+    key, value, kc, vc, slots, _, s, _ = _flash_args()
+    op = OPS.reshape_and_cache_flash
+    raises_naming(TypeError, "key", op, key.int(), value, kc, vc, slots, "auto", s, s)
+    raises_naming(TypeError, "value", op, key, value.half(), kc, vc, slots, "auto", s, s)
+    raises_naming(TypeError, "key_cache", op, key, value, kc.half(), vc, slots, "auto", s, s)
+    raises_naming(ValueError, "value", op, key, value[:, :1], kc, vc, slots, "auto", s, s)
+    raises_naming(ValueError, "key_cache", op, key, value, torch.zeros(3, 16, 2, 32), vc, slots, "auto", s, s)
+    raises_naming(ValueError, "value_cache", op, key, value, kc, torch.zeros(4, 16, 2, 64), slots, "auto", s, s)
+    raises_naming(ValueError, "key", op, torch.randn(5, 128, 2).transpose(1, 2), value, kc, vc, slots, "auto", s, s)
+    raises_naming(ValueError, "key_cache", op, key, value, torch.zeros(3, 16, 64, 2).transpose(2, 3), vc, slots, "auto", s, s)
+    raises_naming(TypeError, "slot_mapping", op, key, value, kc, vc, slots.float(), "auto", s, s)
+    raises_naming(ValueError, "slot_mapping", op, key, value, kc, vc, torch.zeros(6, dtype=torch.int64), "auto", s, s)
+    raises_naming(ValueError, "kv_cache_dtype", op, key, value, kc, vc, slots, "fp8", s, s)
+    raises_naming(ValueError, "k_scale", op, key, value, kc, vc, slots, "auto", torch.ones(2), s)
+    raises_naming(TypeError, "v_scale", op, key, value, kc, vc, slots, "auto", s, torch.ones((), dtype=torch.float16))
+    raises_naming(ValueError, "slot_mapping", op, key, value, kc, vc, slots.to("meta"), "auto", s, s)
+    raises_naming(ValueError, "key_cache", op, key, value, kc.to("meta"), vc, slots, "auto", s, s)
+
+
+def test_bad_inputs_mla():
+    kv_c, k_pe, cache, slots, _, s = _mla_args()
+    op = OPS.concat_and_cache_mla
+    raises_naming(TypeError, "kv_c", op, kv_c.long(), k_pe, cache, slots, "auto", s)
+    raises_naming(TypeError, "k_pe", op, kv_c, k_pe.half(), cache, slots, "auto", s)
+    raises_naming(ValueError, "kv_cache", op, kv_c, k_pe, torch.zeros(3, 16, 100), slots, "auto", s)
+    raises_naming(ValueError, "k_pe", op, kv_c, k_pe[:4], cache, slots, "auto", s)
+    raises_naming(ValueError, "k_pe", op, kv_c, torch.randn(5, 2, 16), cache, slots, "auto", s)
+    raises_naming(ValueError, "kv_c", op, torch.randn(64, 5).t(), k_pe, cache, slots, "auto", s)
+    raises_naming(ValueError, "kv_cache_dtype", op, kv_c, k_pe, cache, slots, "int8", s)
+    raises_naming(ValueError, "slot_mapping", op, kv_c, k_pe, cache, slots.view(5, 1), "auto", s)
+    raises_naming(ValueError, "kv_cache", op, kv_c, k_pe, cache.to("meta"), slots, "auto", s)
+
+
+def test_bad_input_writes_nothing(triton_path):
+    key, value, kc, vc, slots, _, s, _ = _flash_args()
+    with pytest.raises(ValueError):
+        OPS.reshape_and_cache_flash(key, value, kc, vc, slots, "fp8_e4m3", s, s)
+    assert not kc.any() and not vc.any()
+    kv_c, k_pe, cache, slots, _, s = _mla_args()
+    with pytest.raises(ValueError):
+        OPS.concat_and_cache_mla(kv_c, k_pe, cache, slots, "auto", torch.ones(3))
+    assert not cache.any()
