@@ -52,8 +52,8 @@ def test_kv_cache_layout(tmp_path):
     model = loaded.model
     assert loaded.config.architecture == "DeepseekV2ForCausalLM"
     # one latent head of kv_lora_rank + rope dim per token and layer, no separate V
-    assert model.kv_cache_bytes_per_block(16, float16) == 2 * 16 * (32 + 16) * 2
-    model.allocate_kv_cache(3, 16, float32, "cpu")
+    assert model.kv_cache_bytes_per_block(16, torch.float16) == 2 * 16 * (32 + 16) * 2
+    model.allocate_kv_cache(3, 16, torch.float32, "cpu")
     assert model.model.layers[0].self_attn.kv_cache.shape == (3, 16, 48)
-    model.allocate_kv_cache(5, 16, float32, "cpu")  # re-callable
+    model.allocate_kv_cache(5, 16, torch.float32, "cpu")  # re-callable
     assert model.model.layers[1].self_attn.kv_cache.shape == (5, 16, 48)
