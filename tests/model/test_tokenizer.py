@@ -1,0 +1,88 @@
+"""Tokenizer rebuilt from the SmolLM2 GGUF metadata vs HF's own GGUF tokenizer: ids, round trip,
+chat template rendering; incremental detokenization with multi-byte UTF-8 and BPE merges."""
+import os
+
+import pytest
+
+from ascendkit.model import IncrementalDetokenizer, Tokenizer, default_model_path
+from ascendkit.model.gguf_loader import GGUFFile
+
+TEXTS = [
+    "Hello, world!",
+    "The year 2024 had 366 days; π≈3.14159 and x = [1, 22, 333].",
+    "  leading spaces\n\n\ttabs, accents (éàü), emoji 🤖🚀 and 中文字符.",
+    "def f(x):\n    return x ** 2  # comment\n",
+]
+CHATS = [
+    [{"role": "user", "content": "What is the capital of France?"}],
+    [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+     {"role": "assistant", "content": "Hello! 👋"}, {"role": "user", "content": "Bye"}],
+]
+
+
+@pytest.fixture(scope="module")
+def ours():
+    path = default_model_path()
+    return Tokenizer.from_gguf_metadata(GGUFFile(path).metadata, path)
+
+
+@pytest.fixture(scope="module")
+def hf():
+    from transformers import AutoTokenizer
+
+    path = default_model_path()
+    return AutoTokenizer.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path))
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_encode_matches_hf_and_round_trips(ours, hf, text):
+    ids = ours.encode(text)
+    assert ids == hf.encode(text)
+    assert ours.decode(ids) == text
+
+
+def test_special_tokens(ours):
+    assert ours.bos_token_id == 1 and ours.eos_token_ids == {2}
+    ids = ours.encode("<|im_start|>user\nhi<|im_end|>")
+    assert ids[0] == 1 and ids[-1] == 2 and len(ids) == 5  # specials stay whole
+    assert ours.decode(ids) == "user\nhi"
+    assert ours.decode(ids, skip_special_tokens=False) == "<|im_start|>user\nhi<|im_end|>"
+
+
+@pytest.mark.parametrize("messages", CHATS)
+@pytest.mark.parametrize("generation_prompt", [True, False])
+def test_chat_template_matches_hf(ours, hf, messages, generation_prompt):
+    expected = hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
+    assert ours.apply_chat_template(messages, add_generation_prompt=generation_prompt) == expected
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_incremental_detokenizer(ours, text):
+    ids = ours.encode(text)
+    detok = IncrementalDetokenizer(ours)
+    deltas = [detok.feed(i) for i in ids]
+    assert "".join(deltas) == text
+    assert all("\ufffd" not in d for d in deltas)  # a split UTF-8 character is held back, never emitted
+
+
+def test_incremental_detokenizer_with_prompt_context(ours):
+    prompt = ours.encode("Say hi:")
+    reply = ours.encode(" Hi there 🤖<|im_end|>")
+    detok = IncrementalDetokenizer(ours, prompt_ids=prompt)
+    assert "".join(detok.feed(i) for i in reply) == " Hi there 🤖"  # special token skipped
+
+
+def test_no_chat_template_is_a_clear_error(ours):
+    bare = Tokenizer(ours.backend, None, ours.bos_token, ours.eos_token)
+    with pytest.raises(ValueError, match="^chat_template"):
+        bare.apply_chat_template(CHATS[0])
+
+
+def test_from_hf_directory(hf, tmp_path):
+    hf.save_pretrained(tmp_path)  # tokenizer.json + tokenizer_config.json (+ chat template)
+    loaded = Tokenizer.from_directory(tmp_path, eos_token_ids=[2])
+    for text in TEXTS:
+        assert loaded.encode(text) == hf.encode(text)
+    assert loaded.eos_token_ids == {2} and loaded.bos_token_id == 1
+    expected = hf.apply_chat_template(CHATS[1], tokenize=False, add_generation_prompt=True)
+    assert loaded.apply_chat_template(CHATS[1]) == expected
