@@ -8,8 +8,10 @@ ASCENDKIT_BENCH_DTYPE=fp16|bf16|fp32 overrides the dtype (default fp32 on CPU, b
 """
 import os
 
+import pytest
+
 from ascendkit import platform
-from ascendkit.bench.cases import all_cases
+from ascendkit.bench.cases import all_cases, fits_cpu
 from ascendkit.bench.kernels import DTYPES, default_dtype
 
 
@@ -19,9 +21,11 @@ def pytest_generate_tests(metafunc):
     dtype = DTYPES[os.environ.get("ASCENDKIT_BENCH_DTYPE") or default_dtype()]
     quick = os.environ.get("ASCENDKIT_BENCH_QUICK", "0") == "1"
     on_npu = platform.device_kind() == "npu"
+    on_cpu = platform.device_kind() == "cpu"
     params, ids = [], []
     for case in all_cases(dtype, quick, [metafunc.module.FAMILY]):
+        too_big = pytest.mark.skip(reason="too much work for the CPU reference path") if on_cpu and not fits_cpu(case) else ()
         for impl in ("ascendkit", "torch_npu") if on_npu and case.baseline else ("ascendkit",):
-            params.append((case, impl))
+            params.append(pytest.param(case, impl, marks=too_big))
             ids.append(f"{case.name}-{impl}")
     metafunc.parametrize(("kernel_case", "impl"), params, ids=ids)

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from ascendkit import platform
-from ascendkit.bench.cases import KernelCase, all_cases
+from ascendkit.bench.cases import CPU_MAX_BYTES, CPU_MAX_FLOPS, KernelCase, all_cases, fits_cpu
 from ascendkit.bench.report import format_table, write_json
 from ascendkit.bench.roofline import plot_roofline, roofline_metrics
 from ascendkit.bench.timing import measure, synchronize
@@ -52,12 +52,21 @@ def run_case(case: KernelCase, device: torch.device, peak: platform.DevicePeak, 
 def run(families: list[str] | None, dtype: str, quick: bool, out_dir: Path, min_time_s: float) -> dict:
     device = platform.default_device()
     peak = platform.current_peak()
-    rows = [run_case(case, device, peak, min_time_s) for case in all_cases(DTYPES[dtype], quick, families)]
+    cases = all_cases(DTYPES[dtype], quick, families)
+    skipped = [c.name for c in cases if device.type == "cpu" and not fits_cpu(c)]
+    rows, errors = [], []
+    for case in cases:
+        if case.name in skipped:
+            continue
+        try:
+            rows.append(run_case(case, device, peak, min_time_s))
+        except Exception as exc:  # one broken op must not hide the others' numbers
+            errors.append({"name": case.name, "error": f"{type(exc).__name__}: {exc}"})
     synchronize(device)
     payload = {
         "benchmark": "kernels", "implementation": implementation(device), "dtype": dtype, "quick": quick,
         "peak": {"name": peak.name, "hbm_gbps": peak.hbm_gbps, "matrix_tflops": peak.matrix_tflops, "source": peak.source},
-        "rows": rows,
+        "rows": rows, "errors": errors, "skipped_on_cpu": skipped,
     }
     record = write_json(out_dir / "kernels.json", payload)
     plot_roofline(rows, peak, out_dir / "roofline.png")
@@ -77,7 +86,12 @@ def table(payload: dict) -> str:
         body.append(line)
     title = (f"kernels on {payload['context']['device']} ({payload['implementation']} path, {payload['dtype']}); "
              f"peak {peak['name']}: {peak['hbm_gbps']:,.0f} GB/s, {peak['matrix_tflops']:,.3g} TFLOP/s ({peak['source']})")
-    return title + "\n" + format_table(headers, body)
+    lines = [title, format_table(headers, body)]
+    if payload["skipped_on_cpu"]:
+        lines.append(f"skipped on CPU (over {CPU_MAX_FLOPS:.0e} FLOPs or {CPU_MAX_BYTES:.0e} bytes per call): "
+                     + ", ".join(payload["skipped_on_cpu"]))
+    lines += [f"ERROR {e['name']}: {e['error']}" for e in payload["errors"]]
+    return "\n".join(lines)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -85,7 +99,7 @@ def main(args: argparse.Namespace) -> int:
                  min(args.min_time, 0.02) if args.quick else args.min_time)
     print(table(record))
     print(f"wrote {args.out / 'kernels.json'} and {args.out / 'roofline.png'}")
-    return 0 if record["rows"] else 1
+    return 0 if record["rows"] and not record["errors"] else 1
 
 
 def benchmark_case(benchmark, case: KernelCase, impl: str = "ascendkit") -> None:

@@ -23,6 +23,13 @@ Setup = Callable[[torch.device], Callable[[], object]]
 # Tokens per call: single-stream decode (launch-bound), a decode batch, a prefill chunk.
 NUM_TOKENS = (1, 32, 2048)
 QUICK_TOKENS = (7,)
+# Attention layouts of real models (query heads, KV heads, head dim): SmolLM2-135M, Llama-3.2-1B,
+# Llama-2-7B; head dims are shape_grid.HEAD_DIMS' 64 and 128. KV cache block size as vllm-ascend uses.
+ATTENTION_LAYOUTS = {"smollm2": (9, 3, 64), "llama3.2-1b": (32, 8, 64), "llama2-7b": (32, 32, 128)}
+CACHE_BLOCK_SIZE = 128
+# The CPU runs the torch references: cases above this much work would take seconds per call there.
+CPU_MAX_FLOPS = 2e10
+CPU_MAX_BYTES = 1e9
 
 
 @dataclass(frozen=True)
@@ -70,6 +77,10 @@ def all_cases(dtype: torch.dtype, quick: bool, only: list[str] | None = None) ->
     return [case for fam in known if not only or fam in only for case in _PRODUCERS[fam](dtype, quick)]
 
 
+def fits_cpu(case: KernelCase) -> bool:
+    return case.flops <= CPU_MAX_FLOPS and case.bytes_moved <= CPU_MAX_BYTES
+
+
 def hidden_sizes(quick: bool) -> tuple[int, ...]:
     return HIDDEN_SIZES[:1] if quick else HIDDEN_SIZES
 
@@ -78,8 +89,17 @@ def token_counts(quick: bool) -> tuple[int, ...]:
     return QUICK_TOKENS if quick else NUM_TOKENS
 
 
+def attention_layouts(quick: bool) -> dict[str, tuple[int, int, int]]:
+    return dict(list(ATTENTION_LAYOUTS.items())[:1]) if quick else ATTENTION_LAYOUTS
+
+
 def element_size(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
+
+
+def distinct_slots(tokens: int, num_blocks: int, block_size: int, device: torch.device) -> torch.Tensor:
+    """slot_mapping [tokens] int64: distinct random cache slots (block_id * block_size + offset)."""
+    return torch.randperm(num_blocks * block_size, device=device)[:tokens]
 
 
 def torch_npu():
