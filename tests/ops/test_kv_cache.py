@@ -70,7 +70,7 @@ def _mla_args():
     return [torch.randn(5, 64), torch.randn(5, 32), torch.zeros(3, 16, 96), torch.tensor([3, -1, 40, 0, 17], dtype=torch.int32), "auto", ONE]
 
 
-@pytest.mark.parametrize("path", ["reference"])
+@pytest.mark.parametrize("path", ["reference", "triton"])
 def test_opcheck(path, monkeypatch):
     monkeypatch.setenv("ASCENDKIT_KERNELS", path)
     opcheck(OPS.reshape_and_cache_flash.default, _flash_args())

@@ -48,7 +48,7 @@ def _args():
     return [torch.empty(3, 4, 9), torch.tensor([4, 1, 2]), torch.tensor([9, 5, 2], dtype=torch.int32), float("-inf"), 4]
 
 
-@pytest.mark.parametrize("path", ["reference"])
+@pytest.mark.parametrize("path", ["reference", "triton"])
 def test_opcheck(path, monkeypatch):
     monkeypatch.setenv("ASCENDKIT_KERNELS", path)
     opcheck(OPS.causal_mask.default, _args())

@@ -79,7 +79,7 @@ def _args(key=True):
     return [positions, q, k if key else None, 64, _cache(16, 32), True]
 
 
-@pytest.mark.parametrize("path", ["reference"])
+@pytest.mark.parametrize("path", ["reference", "triton"])
 @pytest.mark.parametrize("key", [True, False])
 def test_opcheck(path, key, monkeypatch):
     monkeypatch.setenv("ASCENDKIT_KERNELS", path)

@@ -1,0 +1,125 @@
+"""Rotary embedding (vLLM semantics): a vector kernel persistent over tokens, rotating query and
+key heads in place.
+
+Per token the position is read as a scalar and the cos/sin halves of its cache row are loaded
+once, then shared by every query and key head. Heads are processed HEAD_BLOCK at a time as a
+[heads, rot_dim / 2] tile pair (x1, x2): the two halves (neox) or the even/odd elements (GPT-J)
+of the rotated part; dims past rot_dim are never touched.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ascendkit.kernels.ascend_gate import LoweringCase, lowering_cases
+from ascendkit.kernels.shape_grid import DTYPES
+from ascendkit.platform import grid_size
+
+# Elements of one (x1, x2) tile pair: their fp32 copies and results stay well under the UB budget.
+MAX_TILE = 2048
+
+
+@triton.jit
+def _rotate_heads(row_ptr, head_stride, cos, sin, N_HEADS: tl.constexpr, HALF: tl.constexpr,
+                  IS_NEOX: tl.constexpr, HEAD_BLOCK: tl.constexpr, HALF_BLOCK: tl.constexpr):
+    heads = tl.arange(0, HEAD_BLOCK)[:, None]
+    d = tl.arange(0, HALF_BLOCK)[None, :]
+    for h0 in range(0, N_HEADS, HEAD_BLOCK):
+        mask = (h0 + heads < N_HEADS) & (d < HALF)
+        head_ptr = row_ptr + (h0 + heads) * head_stride
+        if IS_NEOX:
+            x1 = tl.load(head_ptr + d, mask=mask, other=0.0).to(tl.float32)
+            x2 = tl.load(head_ptr + HALF + d, mask=mask, other=0.0).to(tl.float32)
+            tl.store(head_ptr + d, (x1 * cos - x2 * sin).to(row_ptr.dtype.element_ty), mask=mask)
+            tl.store(head_ptr + HALF + d, (x2 * cos + x1 * sin).to(row_ptr.dtype.element_ty), mask=mask)
+        else:
+            # Interleaved pairs: one contiguous [heads, rot_dim] tile, split into even/odd lanes on
+            # chip (a stride-2 load does not lower when rot_dim / 2 is not a power of two).
+            r = tl.arange(0, 2 * HALF_BLOCK)[None, :]
+            pair_mask = (h0 + heads < N_HEADS) & (r < 2 * HALF)
+            x = tl.load(head_ptr + r, mask=pair_mask, other=0.0).to(tl.float32)
+            x1, x2 = tl.split(tl.reshape(x, (HEAD_BLOCK, HALF_BLOCK, 2)))
+            out = tl.join(x1 * cos - x2 * sin, x2 * cos + x1 * sin)
+            out = tl.reshape(out, (HEAD_BLOCK, 2 * HALF_BLOCK))
+            tl.store(head_ptr + r, out.to(row_ptr.dtype.element_ty), mask=pair_mask)
+
+
+@triton.jit(do_not_specialize=["n_tokens", "q_tok_stride", "q_head_stride", "k_tok_stride", "k_head_stride"])
+def rotary_embedding_kernel(
+    pos_ptr, q_ptr, k_ptr, cache_ptr,
+    n_tokens, q_tok_stride, q_head_stride, k_tok_stride, k_head_stride,
+    NQ: tl.constexpr, NK: tl.constexpr, HALF: tl.constexpr, IS_NEOX: tl.constexpr, HAS_KEY: tl.constexpr,
+    Q_HEAD_BLOCK: tl.constexpr, K_HEAD_BLOCK: tl.constexpr, HALF_BLOCK: tl.constexpr,
+):
+    d = tl.arange(0, HALF_BLOCK)[None, :]
+    for t in range(tl.program_id(0), n_tokens, tl.num_programs(0)):
+        t64 = tl.cast(t, tl.int64)
+        cache_row = cache_ptr + tl.load(pos_ptr + t64).to(tl.int64) * (2 * HALF)
+        cos = tl.load(cache_row + d, mask=d < HALF, other=0.0).to(tl.float32)
+        sin = tl.load(cache_row + HALF + d, mask=d < HALF, other=0.0).to(tl.float32)
+        _rotate_heads(q_ptr + t64 * q_tok_stride, q_head_stride, cos, sin, NQ, HALF, IS_NEOX, Q_HEAD_BLOCK, HALF_BLOCK)
+        if HAS_KEY:
+            _rotate_heads(k_ptr + t64 * k_tok_stride, k_head_stride, cos, sin, NK, HALF, IS_NEOX, K_HEAD_BLOCK, HALF_BLOCK)
+
+
+def blocks_for(heads: int, half: int) -> tuple[int, int]:
+    """(HEAD_BLOCK, HALF_BLOCK) for `heads` heads rotating `half` pairs each."""
+    half_block = triton.next_power_of_2(half)
+    return min(triton.next_power_of_2(heads), max(1, MAX_TILE // half_block)), half_block
+
+
+def _head_layout(x: torch.Tensor, head_size: int) -> tuple[int, int, int]:
+    """(heads, token stride, head stride) of [T, H*D] or [T, H, D]."""
+    if x.dim() == 3:
+        return x.shape[1], x.stride(0), x.stride(1)
+    return x.shape[1] // head_size, x.stride(0), head_size
+
+
+def rotary_embedding(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | None, head_size: int,
+                     cos_sin_cache: torch.Tensor, is_neox: bool) -> None:
+    tokens = positions.shape[0]
+    if tokens == 0:
+        return
+    half = cos_sin_cache.shape[1] // 2
+    nq, q_tok, q_head = _head_layout(query, head_size)
+    nk, k_tok, k_head = _head_layout(key, head_size) if key is not None else (1, 0, 0)
+    q_block, half_block = blocks_for(nq, half)
+    k_block, _ = blocks_for(nk, half)
+    rotary_embedding_kernel[(grid_size(query.device, tokens),)](
+        positions, query, key if key is not None else query, cos_sin_cache,
+        tokens, q_tok, q_head, k_tok, k_head,
+        NQ=nq, NK=nk, HALF=half, IS_NEOX=is_neox, HAS_KEY=key is not None,
+        Q_HEAD_BLOCK=q_block, K_HEAD_BLOCK=k_block, HALF_BLOCK=half_block,
+    )
+
+
+# (name, query heads, key heads, head_size, rot_dim): Llama/Qwen GQA layouts and DeepSeek-V2's
+# 128 heads of 192 dims rotating 64 (plus its single shared k_pe "head" of 64).
+_MODELS = (
+    ("smollm2", 9, 3, 64, 64),
+    ("llama3", 32, 8, 128, 128),
+    ("gemma_like", 8, 4, 256, 256),
+    ("partial80", 32, 32, 80, 40),
+    ("deepseek_v2", 128, 1, 192, 64),
+)
+
+
+@lowering_cases("rope")
+def _cases() -> list[LoweringCase]:
+    cases = []
+    for dtype in DTYPES:
+        for name, nq, nk, head_size, rot_dim in _MODELS:
+            for is_neox in (True, False):
+                q_block, half_block = blocks_for(nq, rot_dim // 2)
+                cases.append(LoweringCase(
+                    name=f"rotary_embedding[{name},d={head_size},rot={rot_dim},{'neox' if is_neox else 'gptj'},{dtype}]",
+                    kernel=rotary_embedding_kernel,
+                    arg_types={"pos_ptr": "*i64", "q_ptr": f"*{dtype}", "k_ptr": f"*{dtype}", "cache_ptr": "*fp32",
+                               "n_tokens": "i32", "q_tok_stride": "i32", "q_head_stride": "i32",
+                               "k_tok_stride": "i32", "k_head_stride": "i32"},
+                    constexprs={"NQ": nq, "NK": nk, "HALF": rot_dim // 2, "IS_NEOX": is_neox, "HAS_KEY": True,
+                                "Q_HEAD_BLOCK": q_block, "K_HEAD_BLOCK": blocks_for(nk, rot_dim // 2)[0],
+                                "HALF_BLOCK": half_block},
+                ))
+    return cases
