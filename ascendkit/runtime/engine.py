@@ -1,0 +1,74 @@
+"""Engine: one scheduler step at a time — schedule, run the model, commit computed KV to the
+prefix cache, append sampled tokens, and finish sequences whose stop condition holds."""
+from __future__ import annotations
+
+import time
+
+from torch import nn
+
+from ascendkit.runtime.block_manager import BlockManager
+from ascendkit.runtime.config import EngineConfig
+from ascendkit.runtime.graph_runner import GraphRunner
+from ascendkit.runtime.model_runner import ModelRunner
+from ascendkit.runtime.sampler import Sampler
+from ascendkit.runtime.sampling_params import SamplingParams
+from ascendkit.runtime.scheduler import Scheduler
+from ascendkit.runtime.sequence import Sequence
+from ascendkit.runtime.stopping import StopChecker
+
+
+class Engine:
+    def __init__(self, model: nn.Module, tokenizer, eos_token_ids: set[int], config: EngineConfig, seed: int = 0) -> None:
+        self.config = config
+        model.allocate_kv_cache(config.num_kv_blocks, config.block_size, config.dtype, config.device)
+        self.block_manager = BlockManager(config.num_kv_blocks, config.block_size, config.enable_prefix_caching)
+        self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, config.max_num_batched_tokens,
+                                   config.max_model_len)
+        self.sampler = Sampler(config.device, seed)
+        graph_runner = None
+        if config.graph != "off":
+            graph_runner = GraphRunner(model, config.max_num_seqs, config.max_model_len, config.block_size,
+                                       config.device, capture=config.device.type in ("npu", "cuda"))
+        self.runner = ModelRunner(model, config.block_size, config.device, self.sampler, graph_runner)
+        self.stop = StopChecker(tokenizer, eos_token_ids)
+        self.next_seq_id = 0
+        self.num_steps = 0
+
+    def add(self, prompt_token_ids: list[int], params: SamplingParams, prompt: str | None = None) -> Sequence:
+        """Queue a request; one that can never run comes back already finished ("error")."""
+        seq = Sequence(self.next_seq_id, prompt_token_ids, params, self.config.max_model_len, prompt)
+        self.next_seq_id += 1
+        if self.scheduler.add(seq):
+            self.stop.start(seq)
+        return seq
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    def step(self) -> list[Sequence]:
+        """Run one step; returns the sequences it finished."""
+        batch = self.scheduler.schedule()
+        if not batch.seqs:  # everything runnable was just preempted: the next schedule admits
+            batch = self.scheduler.schedule()
+            if not batch.seqs:
+                raise RuntimeError("scheduler: no sequence could be scheduled")
+        sampled_seqs, out = self.runner.execute(batch)
+        self.num_steps += 1
+        for seq, n in zip(batch.seqs, batch.num_new_tokens):
+            seq.num_computed_tokens += n
+            self.block_manager.commit(seq)
+        now = time.perf_counter()
+        finished = []
+        for i, seq in enumerate(sampled_seqs):
+            token = out.token_ids[i]
+            if seq.logprobs is not None:
+                seq.logprobs.append(out.logprobs[i])
+                seq.cumulative_logprob += out.logprobs[i][token]
+            if seq.metrics.first_token_time is None:
+                seq.metrics.first_token_time = now
+            seq.token_times.append(now)
+            if self.stop.append(seq, token):
+                self.scheduler.finish(seq)
+                self.sampler.release(seq)
+                finished.append(seq)
+        return finished

@@ -1,0 +1,123 @@
+"""Scheduler: continuous batching under a token budget and a sequence cap, chunked prefill and
+preemption by recompute.
+
+Each step: (1) running sequences — decodes first, then prefills in progress — each get their
+next chunk (a decode is 1 token), in-order, while the token budget lasts; a sequence that needs
+a new KV block when none is free preempts the most recently admitted running sequence (its
+blocks are freed, it goes back to the front of the queue and is recomputed later). Decodes come
+first, so a long prompt never starves them. (2) If nothing was preempted, waiting sequences are
+admitted in arrival order while the sequence cap, the budget and the free blocks allow; a prompt
+longer than the remaining budget is split across steps. A request that can never fit (prompt
+>= max_model_len, or more blocks than the whole cache) is finished at once with an error.
+"""
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from ascendkit.runtime.block_manager import BlockManager
+from ascendkit.runtime.sequence import Sequence, SequenceStatus
+
+
+@dataclass
+class ScheduledBatch:
+    seqs: list[Sequence] = field(default_factory=list)
+    num_new_tokens: list[int] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(self.num_new_tokens)
+
+    @property
+    def is_decode(self) -> bool:
+        """Every sequence computes exactly its one newest token."""
+        return all(n == 1 and s.num_uncomputed == 1 for s, n in zip(self.seqs, self.num_new_tokens))
+
+
+class Scheduler:
+    def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int,
+                 max_model_len: int) -> None:
+        if max_num_batched_tokens < max_num_seqs:
+            raise ValueError(f"max_num_batched_tokens: {max_num_batched_tokens} < max_num_seqs {max_num_seqs}: "
+                             "a full batch of decodes must fit in one step")
+        self.block_manager = block_manager
+        self.max_num_seqs, self.max_num_batched_tokens = max_num_seqs, max_num_batched_tokens
+        self.max_model_len = max_model_len
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.num_preemptions = 0
+
+    def add(self, seq: Sequence) -> bool:
+        """Queue seq, or finish it with finish_reason "error" if it can never run."""
+        blocks = self.block_manager.blocks_for(seq.max_len)
+        if seq.num_prompt_tokens == 0:
+            seq.finish("error", error="prompt is empty")
+        elif seq.num_prompt_tokens >= self.max_model_len:
+            seq.finish("error", error=f"prompt has {seq.num_prompt_tokens} tokens; max_model_len is "
+                       f"{self.max_model_len} (prompt plus at least one generated token)")
+        elif blocks > self.block_manager.num_blocks:
+            seq.finish("error", error=f"needs {blocks} KV blocks for {seq.max_len} tokens; the whole cache has "
+                       f"{self.block_manager.num_blocks}")
+        else:
+            self.waiting.append(seq)
+        return not seq.is_finished
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def schedule(self) -> ScheduledBatch:
+        batch, budget = ScheduledBatch(), self.max_num_batched_tokens
+        scheduled: set[int] = set()
+        preempted = False
+        order = [s for s in self.running if s.num_uncomputed == 1] + [s for s in self.running if s.num_uncomputed > 1]
+        for seq in order:
+            if budget == 0:
+                break
+            if seq.status is not SequenceStatus.RUNNING:  # preempted earlier in this loop
+                continue
+            while not self.block_manager.can_append(seq):
+                victim = next(s for s in reversed(self.running) if s.seq_id not in scheduled)
+                self._preempt(victim)
+                preempted = True
+                if victim is seq:
+                    break
+            else:
+                self.block_manager.append(seq)
+                n = min(seq.num_uncomputed, budget)
+                batch.seqs.append(seq)
+                batch.num_new_tokens.append(n)
+                scheduled.add(seq.seq_id)
+                budget -= n
+        while not preempted and self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+            seq = self.waiting[0]
+            if not self.block_manager.can_allocate(seq):
+                break
+            self.waiting.popleft()
+            cached = self.block_manager.allocate(seq)
+            if seq.metrics.first_scheduled_time is None:
+                seq.metrics.first_scheduled_time = time.perf_counter()
+                seq.metrics.num_cached_tokens = cached
+            seq.status = SequenceStatus.RUNNING
+            self.running.append(seq)
+            n = min(seq.num_uncomputed, budget)
+            batch.seqs.append(seq)
+            batch.num_new_tokens.append(n)
+            budget -= n
+        return batch
+
+    def _preempt(self, seq: Sequence) -> None:
+        self.running.remove(seq)
+        self.block_manager.free_seq(seq)
+        seq.status = SequenceStatus.WAITING
+        seq.metrics.num_preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(seq)
+
+    def finish(self, seq: Sequence) -> None:
+        """Release a sequence the engine just finished (stop condition met)."""
+        self.running.remove(seq)
+        self.block_manager.free_seq(seq)

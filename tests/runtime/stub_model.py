@@ -1,0 +1,113 @@
+"""A tiny deterministic model with the model zoo's interface, for runtime tests.
+
+Its "KV cache" stores token ids in paged blocks (NaN-poisoned when allocated). A query token's
+next-token logits depend on every token before it, read back through the block table — so a
+wrong slot mapping, block table, prefix-cache hit or stale block changes (or NaN-poisons) the
+output. `oracle_next` recomputes the same greedy choice from the token history directly.
+"""
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from ascendkit.model import LoadedModel
+
+CHARS = string.ascii_letters + string.digits  # token i <-> CHARS[i]
+VOCAB = len(CHARS)
+EOS = 0  # "a"
+_MIX = 2654435761
+
+
+def weight(k: int) -> int:
+    return (k * 7919) % 1000 + 1
+
+
+def oracle_next(history: list[int]) -> int:
+    """The greedy next token after `history`, written directly from the definition."""
+    h = sum(t * weight(k) for k, t in enumerate(history))
+    return (h * _MIX) % VOCAB
+
+
+def oracle_greedy(prompt: list[int], max_tokens: int, eos: int | None = EOS) -> list[int]:
+    out, ids = [], list(prompt)
+    for _ in range(max_tokens):
+        t = oracle_next(ids)
+        out.append(t)
+        ids.append(t)
+        if t == eos:
+            break
+    return out
+
+
+class StubModel(nn.Module):
+    def __init__(self, max_len: int = 4096) -> None:
+        super().__init__()
+        self.weights = torch.tensor([weight(k) for k in range(max_len)], dtype=torch.float64)
+        self.cache: torch.Tensor | None = None
+        self.calls: list[tuple[int, int]] = []  # (num tokens, num seqs) of every forward
+
+    def kv_cache_bytes_per_block(self, block_size: int, dtype: torch.dtype) -> int:
+        return block_size * 8
+
+    def allocate_kv_cache(self, num_blocks: int, block_size: int, dtype: torch.dtype, device) -> None:
+        self.cache = torch.full((num_blocks, block_size), float("nan"), dtype=torch.float64, device=device)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn_metadata) -> torch.Tensor:
+        meta, cache = attn_metadata, self.cache
+        block_size = cache.shape[1]
+        self.calls.append((input_ids.shape[0], meta.num_seqs))
+        keep = meta.slot_mapping >= 0
+        cache.view(-1)[meta.slot_mapping[keep]] = input_ids[keep].double()
+        out = torch.zeros(input_ids.shape[0], 1, dtype=torch.float64)
+        cu, used = meta.cu_seqlens_q.tolist(), meta.seqused_k.tolist()
+        assert cu[-1] == input_ids.shape[0] and max(used) <= meta.max_seqlen_k
+        for b in range(meta.num_seqs):
+            start, end, kv_len = cu[b], cu[b + 1], used[b]
+            if kv_len == 0:  # padding row: sees no keys, outputs 0
+                continue
+            assert end - start <= meta.max_seqlen_q
+            blocks = meta.block_tables[b, : -(-kv_len // block_size)].long()
+            history = cache[blocks].reshape(-1)[:kv_len]
+            prefix = torch.cumsum(history * self.weights[:kv_len], 0)
+            expected = torch.arange(kv_len - (end - start), kv_len)
+            assert torch.equal(positions[start:end].cpu(), expected), "positions disagree with seqused_k"
+            out[start:end, 0] = prefix[expected]
+        return out
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        h = hidden[:, 0]
+        if torch.isnan(h).any():
+            raise AssertionError("read an unwritten KV slot")
+        target = (h.long() * _MIX) % VOCAB
+        distance = (torch.arange(VOCAB)[None, :] - target[:, None]) % VOCAB
+        return -0.5 * distance.float()
+
+
+class StubTokenizer:
+    bos_token_id = None
+    eos_token_ids = {EOS}
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return [CHARS.index(c) for c in text]
+
+    def decode(self, ids, skip_special_tokens: bool = True) -> str:
+        return "".join(CHARS[i] for i in ids)
+
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+        return "".join(m["content"] for m in messages) + ("Z" if add_generation_prompt else "")
+
+
+@dataclass
+class StubConfig:
+    max_position_embeddings: int = 4096
+    vocab_size: int = VOCAB
+    num_hidden_layers: int = 1
+    architecture: str = "Stub"
+    eos_token_id: list[int] = field(default_factory=list)
+
+
+def stub_loaded() -> LoadedModel:
+    return LoadedModel(StubModel(), StubTokenizer(), StubConfig())
