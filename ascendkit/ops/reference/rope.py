@@ -5,7 +5,7 @@ import torch
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, head_size: int, is_neox: bool) -> None:
-    heads = x.view(x.shape[0], -1, head_size)  # [T, H*D] or [T, H, D] -> [T, H, D] view
+    heads = x.unflatten(-1, (-1, head_size)) if x.dim() == 2 else x  # [T, H, D] view
     rot = heads[..., : 2 * cos.shape[-1]]
     xf = rot.float()
     if is_neox:  # rotate halves: (x[:r/2], x[r/2:r])

@@ -1,0 +1,67 @@
+"""rotary_embedding: Triton kernel (interpreter) vs the torch reference."""
+import pytest
+import torch
+
+from ascendkit.model.rope_scaling import build_cos_sin_cache
+from opchecks import run_both
+
+OP = torch.ops.ascend.rotary_embedding
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+# (head_size, rot_dim): full rotary at 64/80/128/256, partial (rot_dim < head_size) incl. the
+# 192-dim heads rotating 64 (the DeepSeek-V2 qk head, rope part first here) and 80 rotating 32.
+HEADS = [(64, 64), (80, 80), (128, 128), (256, 256), (192, 64), (80, 32)]
+MAX_POS = 8192
+
+
+def _cache(rot_dim: int, dtype=torch.float32) -> torch.Tensor:
+    return build_cos_sin_cache(rot_dim, MAX_POS, 10000.0, dtype=dtype)
+
+
+def _positions(tokens: int, dtype=torch.int64) -> torch.Tensor:
+    pos = torch.randint(0, MAX_POS, (tokens,))
+    pos[:1], pos[-1:] = 0, MAX_POS - 1  # both ends of the cache
+    return pos.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("is_neox", [True, False])
+@pytest.mark.parametrize("head_size,rot_dim", HEADS)
+def test_rope_gqa(dtype, is_neox, head_size, rot_dim):
+    tokens = 7
+    q = torch.randn(tokens, 5 * head_size, dtype=dtype)  # [T, H*D]
+    k = torch.randn(tokens, 2, head_size, dtype=dtype)  # [T, Hkv, D]
+    run_both(OP, [_positions(tokens), q, k, head_size, _cache(rot_dim), is_neox], mutated=[1, 2])
+
+
+@pytest.mark.parametrize("is_neox", [True, False])
+def test_rope_key_none_int32_positions(is_neox):
+    q = torch.randn(83, 3, 128, dtype=torch.bfloat16)
+    run_both(OP, [_positions(83, torch.int32), q, None, 128, _cache(128), is_neox], mutated=[1])
+
+
+@pytest.mark.parametrize("is_neox", [True, False])
+def test_rope_strided_fused_qkv(is_neox):
+    # q and k are views into one fused projection output: strided token rows (and heads in 3-D).
+    qkv = torch.randn(13, (9 + 3 + 3) * 64 + 8, dtype=torch.float16)
+    q = qkv[:, : 9 * 64]
+    k = qkv[:, 9 * 64 : 12 * 64].view(13, 3, 64)
+
+    def op(positions, qkv, cache):  # mutate views of the copy run_both hands over
+        OP(positions, qkv[:, : 9 * 64], qkv[:, 9 * 64 : 12 * 64].view(13, 3, 64), 64, cache, is_neox)
+
+    assert q.stride(0) == k.stride(0) == qkv.shape[1]
+    run_both(op, [_positions(13), qkv, _cache(64)], mutated=[1])
+
+
+def test_rope_many_heads_and_low_precision_cache():
+    # 128 query heads (DeepSeek-V2) cross the head tile; the cache itself in bf16.
+    q = torch.randn(5, 128, 192, dtype=torch.bfloat16)
+    k = torch.randn(5, 1, 192, dtype=torch.bfloat16)
+    run_both(OP, [_positions(5), q, k, 192, _cache(64, torch.bfloat16), False], mutated=[1, 2])
+
+
+def test_rope_yarn_cache_and_empty_batch():
+    cache = build_cos_sin_cache(64, MAX_POS, 10000.0, {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2048})
+    q, k = torch.randn(7, 2, 64), torch.randn(7, 1, 64)
+    run_both(OP, [_positions(7), q, k, 64, cache, False], mutated=[1, 2])
+    run_both(OP, [_positions(0), torch.randn(0, 64), None, 64, cache, True], mutated=[1])
