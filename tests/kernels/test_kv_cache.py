@@ -1,0 +1,131 @@
+"""reshape_and_cache_flash / concat_and_cache_mla: Triton kernel (interpreter) vs the torch
+reference on NaN-poisoned caches. Copies are exact, so the comparison is bit-exact, and every
+slot not targeted by a valid slot_mapping entry must still hold NaN."""
+import copy
+
+import pytest
+import torch
+
+from opchecks import kernel_path
+
+FLASH = torch.ops.ascend.reshape_and_cache_flash
+MLA = torch.ops.ascend.concat_and_cache_mla
+ONE = torch.ones((), dtype=torch.float32)
+
+
+def _slots(tokens: int, num_blocks: int, block_size: int, dtype: torch.dtype, near_end: bool = False) -> torch.Tensor:
+    capacity = num_blocks * block_size
+    pool = torch.arange(capacity - 4 * block_size, capacity) if near_end else torch.arange(capacity)
+    slots = pool[torch.randperm(len(pool))[:tokens]]
+    slots[1::4] = -1  # padding tokens
+    return slots.to(dtype)
+
+
+def _nan_cache(*shape, dtype) -> torch.Tensor:
+    return torch.full(shape, float("nan"), dtype=dtype)
+
+
+def _run_both_exact(op, args, mutated, slots, block_size):
+    ref_args, tri_args = copy.deepcopy(list(args)), copy.deepcopy(list(args))
+    with kernel_path("reference"):
+        op(*ref_args)
+    with kernel_path("triton"):
+        op(*tri_args)
+    targeted = torch.zeros(args[mutated[0]].shape[0] * block_size, dtype=torch.bool)
+    targeted[slots[slots >= 0].long()] = True
+    for i in mutated:
+        torch.testing.assert_close(tri_args[i], ref_args[i], rtol=0, atol=0, equal_nan=True)
+        flat = tri_args[i].reshape(targeted.shape[0], -1)
+        assert flat[~targeted].isnan().all(), "a slot outside slot_mapping was written"
+        assert not flat[targeted].isnan().any()
+
+
+@pytest.mark.parametrize("block_size", [16, 64, 128])
+@pytest.mark.parametrize("heads,head_size", [(3, 64), (2, 128), (1, 256)])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_flash(block_size, heads, head_size, dtype):
+    tokens, blocks = 11, 3
+    key, value = torch.randn(tokens, heads, head_size, dtype=dtype), torch.randn(tokens, heads, head_size, dtype=dtype)
+    key_cache = _nan_cache(blocks, block_size, heads, head_size, dtype=dtype)
+    slots = _slots(tokens, blocks, block_size, torch.int64)
+    args = [key, value, key_cache, key_cache.clone(), slots, "auto", ONE, ONE]
+    _run_both_exact(FLASH, args, [2, 3], slots, block_size)
+
+
+@pytest.mark.parametrize("slot_dtype", [torch.int32, torch.int64])
+def test_flash_strided_inputs_and_cache(slot_dtype):
+    # key/value are views into a fused qkv projection (strided tokens); the caches are the K and V
+    # halves of one [num_blocks, 2, block_size, heads, head_size] allocation (strided blocks).
+    tokens, blocks, block_size, heads, dim = 83, 7, 16, 2, 64
+    qkv = torch.randn(tokens, (4 + 2 * heads) * dim + 8)
+    key = qkv[:, 4 * dim : (4 + heads) * dim].view(tokens, heads, dim)
+    value = qkv[:, (4 + heads) * dim : (4 + 2 * heads) * dim].view(tokens, heads, dim)
+    kv = _nan_cache(blocks, 2, block_size, heads, dim, dtype=torch.float32)
+    slots = _slots(tokens, blocks, block_size, slot_dtype)
+    assert key.stride(0) == qkv.shape[1] and not kv[:, 0].is_contiguous()
+
+    def op(qkv, kv, slots):  # the views are rebuilt on run_both's copies
+        FLASH(qkv[:, 4 * dim : (4 + heads) * dim].view(tokens, heads, dim),
+              qkv[:, (4 + heads) * dim : (4 + 2 * heads) * dim].view(tokens, heads, dim),
+              kv[:, 0], kv[:, 1], slots, "auto", ONE, ONE)
+
+    ref, tri = copy.deepcopy([qkv, kv]), copy.deepcopy([qkv, kv])
+    with kernel_path("reference"):
+        op(*ref, slots)
+    with kernel_path("triton"):
+        op(*tri, slots)
+    torch.testing.assert_close(tri[1], ref[1], rtol=0, atol=0, equal_nan=True)
+    valid = slots >= 0
+    flat = slots[valid].long()
+    assert torch.equal(tri[1][:, 0].reshape(-1, heads, dim)[flat], key[valid])
+    assert torch.equal(tri[1][:, 1].reshape(-1, heads, dim)[flat], value[valid])
+
+
+def test_flash_padded_batch_and_empty():
+    # slot_mapping shorter than key (graph padding): trailing key rows are ignored.
+    key = torch.randn(9, 1, 64)
+    cache = _nan_cache(2, 16, 1, 64, dtype=torch.float32)
+    slots = torch.tensor([5, -1, 17, 0, 31])
+    _run_both_exact(FLASH, [key, key.clone(), cache, cache.clone(), slots, "auto", ONE, ONE], [2, 3], slots, 16)
+    empty = torch.empty(0, dtype=torch.int64)
+    _run_both_exact(FLASH, [key, key.clone(), cache, cache.clone(), empty, "auto", ONE, ONE], [2, 3], empty, 16)
+
+
+@pytest.mark.parametrize("slot_dtype", [torch.int32, torch.int64])
+def test_flash_huge_num_blocks(slot_dtype):
+    # 32768 blocks × 128 slots: slot ids above 4M, targeting the last blocks (1 head of 8 dims keeps
+    # each cache at 64 MB).
+    blocks, block_size = 32768, 128
+    key = torch.randn(9, 1, 8, dtype=torch.float16)
+    cache = _nan_cache(blocks, block_size, 1, 8, dtype=torch.float16)
+    slots = _slots(9, blocks, block_size, slot_dtype, near_end=True)
+    slots[-1] = blocks * block_size - 1
+    _run_both_exact(FLASH, [key, key.clone(), cache, cache.clone(), slots, "auto", ONE, ONE], [2, 3], slots, block_size)
+
+
+@pytest.mark.parametrize("block_size", [16, 64, 128])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_mla(block_size, dtype):
+    # DeepSeek-V2 layout: kv_lora_rank 512 + rope 64, both slices of one projection output.
+    tokens, blocks = 7, 2
+    latent = torch.randn(tokens, 512 + 64 + 24, dtype=dtype)
+    cache = _nan_cache(blocks, block_size, 576, dtype=dtype)
+    slots = _slots(tokens, blocks, block_size, torch.int64)
+    _run_both_exact(MLA, [latent[:, :512], latent[:, 512:576], cache, slots, "auto", ONE], [2], slots, block_size)
+
+
+@pytest.mark.parametrize("slot_dtype", [torch.int32, torch.int64])
+def test_mla_odd_widths_and_3d_k_pe(slot_dtype):
+    tokens, blocks, block_size = 83, 11, 16
+    kv_c, k_pe = torch.randn(tokens, 80), torch.randn(tokens, 1, 24)
+    cache = _nan_cache(blocks, block_size, 104, dtype=torch.float32)
+    slots = _slots(tokens, blocks, block_size, slot_dtype)
+    _run_both_exact(MLA, [kv_c, k_pe, cache, slots, "auto", ONE], [2], slots, block_size)
+
+
+def test_mla_huge_num_blocks():
+    blocks, block_size = 32768, 64
+    kv_c, k_pe = torch.randn(5, 8, dtype=torch.bfloat16), torch.randn(5, 8, dtype=torch.bfloat16)
+    cache = _nan_cache(blocks, block_size, 16, dtype=torch.bfloat16)
+    slots = _slots(5, blocks, block_size, torch.int64, near_end=True)
+    _run_both_exact(MLA, [kv_c, k_pe, cache, slots, "auto", ONE], [2], slots, block_size)
