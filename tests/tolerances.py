@@ -14,6 +14,9 @@ TOLERANCES = {
     torch.float32: {"rtol": 1.3e-6, "atol": 1e-5},
     torch.float16: {"rtol": 3e-3, "atol": 1e-3},
     torch.bfloat16: {"rtol": 2.4e-2, "atol": 1e-2},
+    # Integer outputs (int8 quantized values, int32 zero points) are exact on both paths.
+    torch.int8: {"rtol": 0, "atol": 0},
+    torch.int32: {"rtol": 0, "atol": 0},
 }
 
 

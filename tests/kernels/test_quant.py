@@ -1,0 +1,52 @@
+"""static/dynamic int8 quant: Triton kernel (interpreter) vs the torch reference. The int8 values,
+scales and zero points must match exactly: both divide in fp32 and round half to even."""
+import pytest
+import torch
+
+from opchecks import run_both
+
+OPS = torch.ops.ascend
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+EXACT = {"rtol": 0, "atol": 0}  # the fp32 scales too: same fp32 max and division on both paths
+
+
+def _rows(tokens, hidden, dtype, strided):
+    x = torch.randn(tokens, hidden + (13 if strided else 0), dtype=dtype) * 4
+    x = x[:, :hidden]
+    x[tokens // 2] = 0  # all-zero row
+    return x
+
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("hidden", [8, 769, 9000])  # one block; one padded block; two-pass chunks
+@pytest.mark.parametrize("asym", [False, True])
+def test_dynamic(dtype, hidden, asym):
+    x = _rows(7, hidden, dtype, strided=hidden == 769)
+    azp = torch.empty(7, 1, dtype=torch.int32) if asym else None
+    args = [torch.empty(7, hidden, dtype=torch.int8), x, torch.empty(7, 1), azp]
+    run_both(OPS.dynamic_scaled_int8_quant, args, mutated=[0, 1, 2, 3] if asym else [0, 1, 2], **EXACT)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("hidden", [8, 769, 9000])
+@pytest.mark.parametrize("with_azp", [False, True])
+def test_static(dtype, hidden, with_azp):
+    x = _rows(7, hidden, dtype, strided=hidden == 8)
+    azp = torch.tensor([5], dtype=torch.int32) if with_azp else None
+    args = [torch.empty(7, hidden, dtype=torch.int8), x, torch.tensor([0.021]), azp]
+    run_both(OPS.static_scaled_int8_quant, args, mutated=[0])
+
+
+def test_ties_round_to_even_and_saturate():
+    # Exact .5 ties after division by 0.5, values far past the int8 range, both signs.
+    x = torch.tensor([[0.25, 0.75, 1.25, -0.25, -0.75, -1.25, 63.25, 63.75, 1e6, -64.25, -64.5, -1e30]])
+    for azp in (None, torch.tensor([-3], dtype=torch.int32)):
+        run_both(OPS.static_scaled_int8_quant, [torch.empty(1, 12, dtype=torch.int8), x, torch.tensor([0.5]), azp],
+                 mutated=[0])
+
+
+def test_dynamic_3d_and_many_tokens():
+    x = torch.randn(3, 41, 576, dtype=torch.float16)
+    run_both(OPS.dynamic_scaled_int8_quant, [torch.empty(3, 41, 576, dtype=torch.int8), x, torch.empty(3, 41, 1), None],
+             mutated=[0, 1, 2], **EXACT)

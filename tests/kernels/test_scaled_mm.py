@@ -1,0 +1,78 @@
+"""scaled_mm and w8a8_linear: Triton kernel (interpreter) vs the torch reference.
+
+The kernel and the reference compute the same int32 accumulator and the same fp32 epilogue, so
+with unit scales the results are the exact integer products, and otherwise they agree within the
+output dtype's tolerance (in practice bit for bit)."""
+import pytest
+import torch
+
+from opchecks import kernel_path, run_both
+
+OPS = torch.ops.ascend
+I8 = torch.int8
+
+
+def _int8(*shape):
+    return torch.randint(-128, 128, shape, dtype=I8)
+
+
+# The issue's shapes; the largest takes ~6 s (scaled_mm) and ~18 s (w8a8_linear) in the interpreter.
+GEMM_SHAPES = [(1, 256, 128, torch.float16), (33, 256, 496, torch.bfloat16), (64, 971, 1024, torch.float32),
+               pytest.param(512, 2048, 1024, torch.float16, marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("m,k,n,out_dtype", GEMM_SHAPES)
+def test_scaled_mm_linear_layout(m, k, n, out_dtype):
+    a, w = _int8(m, k), _int8(n, k)  # b = w.t(): K-contiguous, the nn.Linear weight layout
+    args = [torch.empty(m, n, dtype=out_dtype), a, w.t(), torch.rand(m, 1) * 1e-3, torch.rand(n) * 1e-3, torch.randn(n).to(out_dtype)]
+    run_both(OPS.scaled_mm, args, mutated=[0])
+
+
+@pytest.mark.parametrize("m,k,n", [(1, 256, 128), (33, 256, 496), (64, 971, 1024)])
+def test_scaled_mm_int32_accumulator_exact(m, k, n, triton_path):
+    a, w = _int8(m, k), _int8(n, k)
+    out = torch.empty(m, n)
+    OPS.scaled_mm(out, a, w.t(), torch.ones(1), torch.ones(1), None)
+    assert torch.equal(out.double(), (a.long() @ w.long().t()).double())  # |acc| < 2^24: exact in fp32
+
+
+@pytest.mark.parametrize("layout", ["row_major", "strided"])
+def test_scaled_mm_b_any_strides(layout):
+    a = _int8(40, 100 + 3)[:, :100]  # strided rows of a
+    b = _int8(100, 70) if layout == "row_major" else _int8(200, 140)[::2, ::2]
+    args = [torch.empty(40, 70, dtype=torch.float16), a, b, torch.rand(40, 1) * 1e-2, torch.rand(70) * 1e-2, None]
+    run_both(OPS.scaled_mm, args, mutated=[0])
+
+
+def test_scaled_mm_scalar_scales_zero_and_extreme_inputs():
+    a, b = _int8(17, 300), _int8(300, 129)
+    a[3] = 0
+    a[5] = -128
+    b[:, 7] = -128
+    args = [torch.empty(17, 129), a, b, torch.tensor([0.5]), torch.tensor([2.0 ** -7]), torch.randn(129)]
+    run_both(OPS.scaled_mm, args, mutated=[0])
+
+
+@pytest.mark.parametrize("m", [4096, 2])
+def test_scaled_mm_m_range(m):
+    a, w = _int8(m, 48), _int8(40, 48)
+    run_both(OPS.scaled_mm, [torch.empty(m, 40, dtype=torch.bfloat16), a, w.t(), torch.rand(m, 1), torch.rand(40), None], mutated=[0])
+
+
+# (512, 2048, 1024) takes ~40 s here: the fused kernel is run at the first three issue shapes plus
+# a smaller multi-M-tile shape; tests/ops/test_quant.py checks the 512 shape on the reference path.
+@pytest.mark.parametrize("m,k,n,dtype", [*GEMM_SHAPES[:3], (200, 300, 130, torch.float16)])
+@pytest.mark.parametrize("static", [False, True])
+def test_w8a8_linear(m, k, n, dtype, static):
+    x = torch.randn(m, k, dtype=dtype)
+    x[m // 2] = 0
+    args = [x, _int8(n, k), torch.rand(n) * 1e-2, torch.tensor([0.03]) if static else None, torch.randn(n, dtype=dtype)]
+    run_both(OPS.w8a8_linear, args, mutated=[])
+
+
+def test_w8a8_linear_3d_strided_input_and_column_scale():
+    x = torch.randn(2, 9, 200, dtype=torch.float16)[..., :190]  # rows with a pitch of 200
+    args = [x, _int8(33, 190), torch.rand(33, 1) * 1e-2, None, None]
+    run_both(OPS.w8a8_linear, args, mutated=[])
+    with kernel_path("triton"):
+        assert OPS.w8a8_linear(*args).shape == (2, 9, 33)
