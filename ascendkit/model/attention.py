@@ -14,7 +14,7 @@ from ascendkit.model.rotary import RotaryEmbedding
 class Attention(nn.Module):
     def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: int, head_dim: int, rotary: RotaryEmbedding,
                  qkv_bias: bool = False, o_bias: bool = False, qk_norm_eps: float | None = None,
-                 sliding_window: int = -1) -> None:
+                 sliding_window: int = 0) -> None:
         """qk_norm_eps set = Qwen3's per-head RMSNorm on q and k (weights q_norm/k_norm [head_dim])."""
         super().__init__()
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
@@ -47,7 +47,8 @@ class Attention(nn.Module):
         k = k.reshape(tokens, self.num_kv_heads, self.head_dim)
         v = v.reshape(tokens, self.num_kv_heads, self.head_dim)
         if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
+            # rms_norm needs rows it can view as [T*H, D]; q/k are strided slices of the qkv output
+            q, k = self.q_norm(q.contiguous()), self.k_norm(k.contiguous())
         self.rotary(positions, q, k)
         scale = torch.ones((), dtype=torch.float32, device=x.device)
         torch.ops.ascend.reshape_and_cache_flash(k, v, self.key_cache, self.value_cache, meta.slot_mapping, "auto",

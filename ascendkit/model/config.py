@@ -36,7 +36,7 @@ class ModelConfig:
     o_bias: bool = False
     qk_norm: bool = False  # Qwen3: per-head RMSNorm on q and k before rope
     mlp_bias: bool = False
-    sliding_window: int = -1  # -1 = full attention
+    sliding_window: int = 0  # 0 = full attention (unified_attention convention)
     bos_token_id: int | None = None
     eos_token_id: list[int] = field(default_factory=list)
     raw: dict[str, Any] = field(default_factory=dict, repr=False)  # the whole config.json (DeepSeek fields etc.)
@@ -93,7 +93,7 @@ def parse_config(raw: dict, source: str = "config.json") -> ModelConfig:
         o_bias=arch != "Qwen2ForCausalLM" and raw.get("attention_bias", False),
         qk_norm=arch == "Qwen3ForCausalLM",
         mlp_bias=raw.get("mlp_bias", False),
-        sliding_window=window if window else -1,
+        sliding_window=window or 0,
         bos_token_id=raw.get("bos_token_id"),
         eos_token_id=[] if eos is None else ([eos] if isinstance(eos, int) else list(eos)),
         raw=raw,

@@ -94,7 +94,7 @@ class GGUFFile:
                 array = _unpermute(array, cfg.num_attention_heads)
             elif name.endswith("k_proj.weight"):
                 array = _unpermute(array, cfg.num_key_value_heads)
-            yield self.path, name, torch.from_numpy(np.ascontiguousarray(array)).to(dtype)
+            yield self.path, name, torch.tensor(array, dtype=dtype)  # copies out of the read-only memmap
 
 
 def _hf_name(gguf_name: str) -> str | None:
