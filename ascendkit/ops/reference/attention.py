@@ -1,0 +1,120 @@
+"""References: unified_attention, paged_attention, flash_attention_varlen (also the CPU path).
+
+One masked-softmax core works on a padded batch: query [B, Q, H, D] against keys/values gathered
+into [B, S, KVH, D] (from the paged cache through the block table, or from the dense varlen
+tensors through cu_seqlens_k), in fp32. Scores cost B·H·Q·S floats, so a mixed batch is split
+into two padded groups, decode sequences (q_len 1) and the rest (prefill chunks), instead of
+padding every decode row to the longest prefill chunk: at most two vectorised passes per call.
+These run on CPU only (devices launch the kernels), so reading lengths to the host is cheap.
+
+Visibility of key j (0-based position in the sequence) to the query at absolute position p:
+j < kv_len; causal: j <= p (bottom-right aligned: the new tokens are the last q_len of the
+kv_len, p = kv_len - q_len + i); sliding window w > 0: p - w < j (HF / vLLM: a query sees
+itself and the w - 1 keys before it). A query with no visible key gets 0.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_len: torch.Tensor, kv_len: torch.Tensor,
+            scale: float, softcap: float, window: int, causal: bool) -> torch.Tensor:
+    """q [B, Q, H, D], k/v [B, S, KVH, D] (rows >= kv_len may hold anything), lengths [B] ->
+    [B, Q, H, D] fp32."""
+    batch, num_q, heads, dim = q.shape
+    num_k, kv_heads = k.shape[1], k.shape[2]
+    key_pos = torch.arange(num_k, device=q.device)
+    key_ok = key_pos[None, :] < kv_len[:, None]  # [B, S]
+    # Unused cache slots may hold NaN: zero them so 0-probability rows contribute exactly 0.
+    k = k.float().masked_fill(~key_ok[..., None, None], 0.0)
+    v = v.float().masked_fill(~key_ok[..., None, None], 0.0)
+    qf = q.float().view(batch, num_q, kv_heads, heads // kv_heads, dim)
+    scores = torch.einsum("bqkgd,bskd->bkgqs", qf, k) * scale
+    if softcap > 0:
+        scores = softcap * torch.tanh(scores / softcap)
+    q_pos = (kv_len - q_len)[:, None] + torch.arange(num_q, device=q.device)[None, :]  # [B, Q]
+    visible = key_ok[:, None, :].expand(batch, num_q, num_k)
+    if causal:
+        visible = visible & (key_pos[None, None, :] <= q_pos[..., None])
+    if window > 0:
+        visible = visible & (key_pos[None, None, :] > q_pos[..., None] - window)
+    scores = scores.masked_fill(~visible[:, None, None], float("-inf"))
+    probs = torch.softmax(scores, dim=-1).nan_to_num_(0.0)  # all-masked rows -> 0
+    return torch.einsum("bkgqs,bskd->bqkgd", probs, v).reshape(batch, num_q, heads, dim)
+
+
+def _gather_paged(cache: torch.Tensor, block_table: torch.Tensor, num_k: int) -> torch.Tensor:
+    """[B, num_k, KVH, D] rows of each sequence; -1 table entries read block 0 (masked later)."""
+    block_size = cache.shape[1]
+    blocks = -(-num_k // block_size)
+    ids = block_table[:, :blocks].long().clamp(min=0)
+    return cache[ids].flatten(1, 2)[:, :num_k]
+
+
+def _run_groups(out: torch.Tensor, query: torch.Tensor, q_start: torch.Tensor, q_len: torch.Tensor,
+                kv_len: torch.Tensor, gather_kv, scale: float, softcap: float, window: int, causal: bool) -> None:
+    """Attend sequences in (at most) two padded groups and write their rows of out."""
+    is_decode = q_len == 1
+    for group in (is_decode, (q_len > 1)):
+        seqs = group.nonzero().flatten()
+        if seqs.numel() == 0:
+            continue
+        g_q, g_k = q_len[seqs], kv_len[seqs]
+        num_q, num_k = int(g_q.max()), max(int(g_k.max()), 1)
+        pos = torch.arange(num_q, device=query.device)
+        valid = pos[None, :] < g_q[:, None]
+        rows = (q_start[seqs, None] + pos[None, :]).clamp(max=query.shape[0] - 1)
+        k, v = gather_kv(seqs, num_k)
+        o = _attend(query[rows], k, v, g_q, g_k, scale, softcap, window, causal)
+        out[rows[valid]] = o[valid].to(out.dtype)
+
+
+def unified_attention(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                      block_table: torch.Tensor, cu_seqlens_q: torch.Tensor, seqused_k: torch.Tensor,
+                      max_seqlen_q: int, max_seqlen_k: int, scale: float, softcap: float, sliding_window: int) -> None:
+    if query.shape[0] == 0 or seqused_k.shape[0] == 0:
+        return
+    q_start = cu_seqlens_q[:-1].long()
+    q_len = cu_seqlens_q[1:].long() - q_start
+
+    def gather(seqs: torch.Tensor, num_k: int):
+        table = block_table[seqs]
+        return _gather_paged(key_cache, table, num_k), _gather_paged(value_cache, table, num_k)
+
+    _run_groups(out, query, q_start, q_len, seqused_k.long(), gather, scale, softcap, sliding_window, True)
+
+
+def paged_attention(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                    block_tables: torch.Tensor, seq_lens: torch.Tensor, scale: float, softcap: float,
+                    sliding_window: int) -> None:
+    batch = query.shape[0]
+    if batch == 0:
+        return
+    q_start = torch.arange(batch, device=query.device)
+    q_len = torch.ones(batch, dtype=torch.long, device=query.device)
+
+    def gather(seqs: torch.Tensor, num_k: int):
+        table = block_tables[seqs]
+        return _gather_paged(key_cache, table, num_k), _gather_paged(value_cache, table, num_k)
+
+    _run_groups(out, query, q_start, q_len, seq_lens.long(), gather, scale, softcap, sliding_window, True)
+
+
+def flash_attention_varlen(out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                           cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, max_seqlen_q: int,
+                           max_seqlen_k: int, scale: float, causal: bool) -> None:
+    if q.shape[0] == 0 or cu_seqlens_q.shape[0] < 2:
+        return
+    if k.shape[0] == 0:  # no keys anywhere: every query sees nothing
+        out.zero_()
+        return
+    q_start = cu_seqlens_q[:-1].long()
+    q_len = cu_seqlens_q[1:].long() - q_start
+    k_start = cu_seqlens_k[:-1].long()
+    kv_len = cu_seqlens_k[1:].long() - k_start
+
+    def gather(seqs: torch.Tensor, num_k: int):
+        rows = (k_start[seqs, None] + torch.arange(num_k, device=k.device)[None, :]).clamp(max=k.shape[0] - 1)
+        return k[rows], v[rows]
+
+    _run_groups(out, q, q_start, q_len, kv_len, gather, scale, 0.0, 0, causal)
