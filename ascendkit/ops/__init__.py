@@ -2,6 +2,7 @@
 wrappers that allocate outputs: `ascendkit.ops.rms_norm(x, w, eps)` etc."""
 from ascendkit.ops._registry import REGISTERED, kernel_path
 from ascendkit.ops.activation import silu_and_mul
+from ascendkit.ops.attention import flash_attention_varlen, paged_attention, unified_attention
 from ascendkit.ops.norm import fused_add_rms_norm, rms_norm
 from ascendkit.ops.rope import rotary_embedding
 from ascendkit.ops.kv_cache import concat_and_cache_mla, reshape_and_cache_flash
