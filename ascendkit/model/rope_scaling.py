@@ -118,12 +118,14 @@ def build_cos_sin_cache(rotary_dim: int, max_position: int, base: float, scaling
 
 def yarn_softmax_mscale(scaling: dict | None) -> float:
     """The factor DeepSeek-V2/V3 multiply the attention softmax scale by: mscale² with
-    mscale = 0.1·mscale_all_dim·ln(factor) + 1 for a yarn config with factor > 1 and a non-zero
-    mscale_all_dim, else 1.0. Softmax scale = qk_head_dim^-0.5 · yarn_softmax_mscale(scaling)."""
-    if rope_type(scaling) != "yarn" or not scaling.get("mscale_all_dim"):
+    mscale = 0.1·mscale_all_dim·ln(factor) + 1 (1 when factor <= 1), for a scaled rope config with
+    a non-zero mscale_all_dim (HF's rule), else 1.0. Softmax scale = qk_head_dim^-0.5 · this."""
+    if not scaling or scaling.get("rope_type", scaling.get("type", "default")) == "default":
         return 1.0
-    factor = scaling.get("factor")
-    if factor is None:
+    mscale_all_dim = scaling.get("mscale_all_dim")
+    if not mscale_all_dim:
         return 1.0
-    mscale = _yarn_mscale(factor, scaling["mscale_all_dim"])
+    if scaling.get("factor") is None:
+        raise ValueError("scaling: mscale_all_dim is set but factor is missing")
+    mscale = _yarn_mscale(scaling["factor"], mscale_all_dim)
     return mscale * mscale

@@ -65,3 +65,13 @@ def test_rope_yarn_cache_and_empty_batch():
     q, k = torch.randn(7, 2, 64), torch.randn(7, 1, 64)
     run_both(OP, [_positions(7), q, k, 64, cache, False], mutated=[1, 2])
     run_both(OP, [_positions(0), torch.randn(0, 64), None, 64, cache, True], mutated=[1])
+
+
+def test_rope_padded_head_stride():
+    # [T, H, D] views whose heads sit 96 elements apart (head stride != head_size).
+    buf = torch.randn(7, 4, 96, dtype=torch.float16)
+
+    def op(positions, buf, cache):
+        OP(positions, buf[:, :3, :64], buf[:, 3:, :64], 64, cache, True)
+
+    run_both(op, [_positions(7), buf, _cache(32)], mutated=[1])

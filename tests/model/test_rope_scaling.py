@@ -7,7 +7,9 @@ import torch
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
-from ascendkit.model.rope_scaling import build_cos_sin_cache, yarn_softmax_mscale
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+from ascendkit.model.rope_scaling import build_cos_sin_cache, inv_freq_and_attention_factor, yarn_softmax_mscale
 
 YARN_DEEPSEEK = {"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096, "beta_fast": 32,
                  "beta_slow": 1, "mscale": 0.707, "mscale_all_dim": 0.707}
@@ -24,13 +26,16 @@ SCALINGS = {
 }
 
 
-def _hf_cos_sin(rotary_dim, max_position, base, scaling):
+def _hf_config(rotary_dim, max_position, base, scaling):
     rope = {"rope_type": "default"} if scaling is None else dict(scaling)
     rope.setdefault("rope_type", rope.pop("type", "default"))
     rope["rope_theta"] = base
-    config = LlamaConfig(hidden_size=rotary_dim * 2, num_attention_heads=2, head_dim=rotary_dim,
-                         max_position_embeddings=max_position, rope_parameters=rope)
-    emb = LlamaRotaryEmbedding(config)
+    return LlamaConfig(hidden_size=rotary_dim * 2, num_attention_heads=2, head_dim=rotary_dim,
+                       max_position_embeddings=max_position, rope_parameters=rope)
+
+
+def _hf_cos_sin(rotary_dim, max_position, base, scaling):
+    emb = LlamaRotaryEmbedding(_hf_config(rotary_dim, max_position, base, scaling))
     positions = torch.arange(max_position)[None]
     cos, sin = emb(torch.zeros(1, dtype=torch.float32), positions)
     half = rotary_dim // 2
@@ -47,6 +52,16 @@ def test_matches_hf_rotary_embedding(name, rotary_dim, base):
     half = rotary_dim // 2
     torch.testing.assert_close(cache[:, :half], cos, rtol=0, atol=1e-6)
     torch.testing.assert_close(cache[:, half:], sin, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["linear", "llama3", "yarn_deepseek", "yarn_plain", "yarn_attention_factor"])
+def test_inv_freq_equals_rope_init_functions(name):
+    scaling = SCALINGS[name]
+    kind = scaling.get("rope_type", scaling.get("type"))
+    hf_inv_freq, hf_factor = ROPE_INIT_FUNCTIONS[kind](_hf_config(128, 8192, 10000.0, scaling), "cpu")
+    inv_freq, factor = inv_freq_and_attention_factor(128, 10000.0, scaling, 8192)
+    assert torch.equal(inv_freq, hf_inv_freq)
+    assert factor == pytest.approx(hf_factor, rel=1e-12)
 
 
 def test_attention_factor_is_applied():
@@ -74,3 +89,26 @@ def test_yarn_softmax_mscale():
     assert yarn_softmax_mscale(SCALINGS["llama3"]) == 1.0
     assert yarn_softmax_mscale(SCALINGS["yarn_plain"]) == 1.0  # no mscale_all_dim: HF leaves the scale alone
     assert yarn_softmax_mscale({**YARN_DEEPSEEK, "factor": 1.0}) == 1.0
+
+
+def test_deepseek_v2_rope_matches_hf_end_to_end():
+    # build_cos_sin_cache + rotary_embedding(is_neox=False) == HF DeepSeek-V2's complex-number rope
+    # (DeepseekV2RotaryEmbedding freqs_cis, apply_rotary_emb) with the yarn config, on q_pe / k_pe.
+    from transformers import DeepseekV2Config
+    from transformers.models.deepseek_v2.modeling_deepseek_v2 import DeepseekV2RotaryEmbedding, apply_rotary_emb
+
+    import ascendkit.ops as ak
+
+    rope = {**YARN_DEEPSEEK, "rope_type": YARN_DEEPSEEK["type"], "rope_theta": 10000.0}
+    del rope["type"]
+    config = DeepseekV2Config(hidden_size=256, num_attention_heads=4, qk_rope_head_dim=64, qk_nope_head_dim=32,
+                              max_position_embeddings=163840, rope_parameters=rope)
+    positions = torch.tensor([0, 1, 4095, 4096, 70000, 163839])
+    freqs_cis = DeepseekV2RotaryEmbedding(config)(torch.zeros(1), positions[None])
+    q_pe, k_pe = torch.randn(1, 4, 6, 64), torch.randn(1, 1, 6, 64)
+    hf_q, hf_k = apply_rotary_emb(q_pe, k_pe, freqs_cis)
+    cache = build_cos_sin_cache(64, 163840, 10000.0, YARN_DEEPSEEK)
+    q, k = q_pe[0].transpose(0, 1).clone(), k_pe[0].transpose(0, 1).clone()  # [T, H, 64]
+    ak.rotary_embedding(positions, q, k, 64, cache, False)
+    torch.testing.assert_close(q, hf_q[0].transpose(0, 1), rtol=0, atol=2e-5)
+    torch.testing.assert_close(k, hf_k[0].transpose(0, 1), rtol=0, atol=2e-5)
