@@ -44,8 +44,8 @@ def run_ours(llm, prompts: list[list[int]], output_len: int) -> RunResult:
     outputs = llm.generate(prompts, greedy, use_tqdm=False)
     wall = time.perf_counter() - start
     token_ids = [list(o.outputs[0].token_ids) for o in outputs]
-    ttft = [o.metrics.first_token_time - o.metrics.arrival_time for o in outputs]
-    tpot = [(o.metrics.finished_time - o.metrics.first_token_time) / max(len(t) - 1, 1) for o, t in zip(outputs, token_ids)]
+    ttft = [o.metrics.time_to_first_token for o in outputs]
+    tpot = [o.mean_per_token_latency or 0.0 for o in outputs]  # 0 when only one token was generated
     return RunResult("ascendkit", wall, sum(map(len, prompts)), sum(map(len, token_ids)), ttft, tpot, token_ids,
                      [f"LLM.generate, {platform.device_kind()}"])
 
