@@ -21,11 +21,10 @@ MAX_TILE = 8192
 
 
 @triton.jit
-def _slot_base(slot_ptr, t64, cache_ptr, block_stride, slot_stride, BLOCK_SIZE: tl.constexpr):
-    """(cache address of token t's slot, slot >= 0)."""
-    slot = tl.load(slot_ptr + t64).to(tl.int64)
+def _slot_address(cache_ptr, slot, block_stride, slot_stride, BLOCK_SIZE: tl.constexpr):
+    """Cache address of an int64 slot id: block id × block stride stays int64 (no overflow)."""
     block = slot // BLOCK_SIZE
-    return cache_ptr + block * block_stride + (slot - block * BLOCK_SIZE) * slot_stride, slot >= 0
+    return cache_ptr + block * block_stride + (slot - block * BLOCK_SIZE) * slot_stride
 
 
 @triton.jit
@@ -52,9 +51,10 @@ def reshape_and_cache_flash_kernel(
 ):
     for t in range(tl.program_id(0), n_tokens, tl.num_programs(0)):
         t64 = tl.cast(t, tl.int64)
-        k_dst, valid = _slot_base(slot_ptr, t64, key_cache_ptr, kc_block_stride, kc_slot_stride, BLOCK_SIZE)
-        v_dst, _ = _slot_base(slot_ptr, t64, value_cache_ptr, vc_block_stride, vc_slot_stride, BLOCK_SIZE)
-        if valid:
+        slot = tl.load(slot_ptr + t64).to(tl.int64)
+        if slot >= 0:
+            k_dst = _slot_address(key_cache_ptr, slot, kc_block_stride, kc_slot_stride, BLOCK_SIZE)
+            v_dst = _slot_address(value_cache_ptr, slot, vc_block_stride, vc_slot_stride, BLOCK_SIZE)
             _copy_heads(key_ptr + t64 * k_tok_stride, k_dst, k_head_stride, kc_head_stride,
                         N_HEADS, HEAD_SIZE, HEAD_BLOCK, DIM_BLOCK)
             _copy_heads(value_ptr + t64 * v_tok_stride, v_dst, v_head_stride, vc_head_stride,
@@ -70,8 +70,9 @@ def concat_and_cache_mla_kernel(
 ):
     for t in range(tl.program_id(0), n_tokens, tl.num_programs(0)):
         t64 = tl.cast(t, tl.int64)
-        dst, valid = _slot_base(slot_ptr, t64, cache_ptr, block_stride, slot_stride, BLOCK_SIZE)
-        if valid:  # one "head" each: the latent row, then the rope row right after it
+        slot = tl.load(slot_ptr + t64).to(tl.int64)
+        if slot >= 0:  # one "head" each: the latent row, then the rope row right after it
+            dst = _slot_address(cache_ptr, slot, block_stride, slot_stride, BLOCK_SIZE)
             _copy_heads(kv_c_ptr + t64 * c_tok_stride, dst, 0, 0, 1, RANK, 1, RANK_BLOCK)
             _copy_heads(k_pe_ptr + t64 * pe_tok_stride, dst + RANK, 0, 0, 1, ROPE_DIM, 1, ROPE_BLOCK)
 
