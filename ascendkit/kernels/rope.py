@@ -3,8 +3,9 @@ key heads in place.
 
 Per token the position is read as a scalar and the cos/sin halves of its cache row are loaded
 once, then shared by every query and key head. Heads are processed HEAD_BLOCK at a time as a
-[heads, rot_dim / 2] tile pair (x1, x2): the two halves (neox) or the even/odd elements (GPT-J)
-of the rotated part; dims past rot_dim are never touched.
+[heads, rot_dim / 2] tile pair (x1, x2): the two halves of the rotated part (neox), or the even
+and odd lanes of its contiguous [heads, rot_dim] tile, split on chip (GPT-J). Dims past rot_dim
+are never touched.
 """
 from __future__ import annotations
 
@@ -26,23 +27,24 @@ def _rotate_heads(row_ptr, head_stride, cos, sin, N_HEADS: tl.constexpr, HALF: t
     heads = tl.arange(0, HEAD_BLOCK)[:, None]
     d = tl.arange(0, HALF_BLOCK)[None, :]
     for h0 in range(0, N_HEADS, HEAD_BLOCK):
-        mask = (h0 + heads < N_HEADS) & (d < HALF)
+        head_ok = h0 + heads < N_HEADS
         head_ptr = row_ptr + (h0 + heads) * head_stride
         if IS_NEOX:
+            mask = head_ok & (d < HALF)
             x1 = tl.load(head_ptr + d, mask=mask, other=0.0).to(tl.float32)
             x2 = tl.load(head_ptr + HALF + d, mask=mask, other=0.0).to(tl.float32)
             tl.store(head_ptr + d, (x1 * cos - x2 * sin).to(row_ptr.dtype.element_ty), mask=mask)
             tl.store(head_ptr + HALF + d, (x2 * cos + x1 * sin).to(row_ptr.dtype.element_ty), mask=mask)
         else:
             # Interleaved pairs: one contiguous [heads, rot_dim] tile, split into even/odd lanes on
-            # chip (a stride-2 load does not lower when rot_dim / 2 is not a power of two).
+            # chip (a stride-2 load did not lower for rot_dim / 2 = 20, and is a strided DMA anyway).
             r = tl.arange(0, 2 * HALF_BLOCK)[None, :]
-            pair_mask = (h0 + heads < N_HEADS) & (r < 2 * HALF)
-            x = tl.load(head_ptr + r, mask=pair_mask, other=0.0).to(tl.float32)
+            mask = head_ok & (r < 2 * HALF)
+            x = tl.load(head_ptr + r, mask=mask, other=0.0).to(tl.float32)
             x1, x2 = tl.split(tl.reshape(x, (HEAD_BLOCK, HALF_BLOCK, 2)))
             out = tl.join(x1 * cos - x2 * sin, x2 * cos + x1 * sin)
             out = tl.reshape(out, (HEAD_BLOCK, 2 * HALF_BLOCK))
-            tl.store(head_ptr + r, out.to(row_ptr.dtype.element_ty), mask=pair_mask)
+            tl.store(head_ptr + r, out.to(row_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit(do_not_specialize=["n_tokens", "q_tok_stride", "q_head_stride", "k_tok_stride", "k_head_stride"])
