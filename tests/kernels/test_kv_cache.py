@@ -129,3 +129,36 @@ def test_mla_huge_num_blocks():
     cache = _nan_cache(blocks, block_size, 16, dtype=torch.bfloat16)
     slots = _slots(5, blocks, block_size, torch.int64, near_end=True)
     _run_both_exact(MLA, [kv_c, k_pe, cache, slots, "auto", ONE], [2], slots, block_size)
+
+
+def _untouched(*shape, dtype) -> torch.Tensor:
+    """A cache over 2^31 elements: virtual memory only, pages are touched where written."""
+    try:
+        return torch.empty(shape, dtype=dtype)
+    except RuntimeError as exc:  # overcommit disabled or a small machine
+        pytest.skip(f"cannot reserve a >2^31-element cache: {exc}")
+
+
+def test_flash_offsets_past_2_31_elements(triton_path):
+    # K and V halves of one [32768, 2, 128, 8, 64] fp16 allocation (2^32 elements, 8 GiB virtual):
+    # the last block starts past 2^32, so an int32 block × block-stride product would wrap (under
+    # the interpreter that is a wild store and a crash).
+    kv = _untouched(32768, 2, 128, 8, 64, dtype=torch.float16)
+    kv[-8:] = float("nan")  # poison only the target blocks
+    key, value = torch.randn(3, 8, 64, dtype=torch.float16), torch.randn(3, 8, 64, dtype=torch.float16)
+    slots = torch.tensor([32768 * 128 - 1, -1, 32762 * 128 + 5], dtype=torch.int32)
+    FLASH(key, value, kv[:, 0], kv[:, 1], slots, "auto", ONE, ONE)
+    assert torch.equal(kv[32767, 0, 127], key[0]) and torch.equal(kv[32767, 1, 127], value[0])
+    assert torch.equal(kv[32762, 0, 5], key[2]) and torch.equal(kv[32762, 1, 5], value[2])
+    assert kv[-8:].isnan().sum() == kv[-8:].numel() - 4 * 8 * 64
+
+
+def test_mla_offsets_past_2_31_elements(triton_path):
+    cache = _untouched(32768, 128, 576, dtype=torch.bfloat16)  # 2.4e9 elements
+    cache[-2:] = float("nan")
+    kv_c, k_pe = torch.randn(2, 512, dtype=torch.bfloat16), torch.randn(2, 64, dtype=torch.bfloat16)
+    slots = torch.tensor([32768 * 128 - 1, 32767 * 128 - 2])
+    MLA(kv_c, k_pe, cache, slots, "auto", ONE)
+    assert torch.equal(cache[32767, 127], torch.cat((kv_c[0], k_pe[0])))
+    assert torch.equal(cache[32766, 126], torch.cat((kv_c[1], k_pe[1])))
+    assert cache[-2:].isnan().sum() == cache[-2:].numel() - 2 * 576
