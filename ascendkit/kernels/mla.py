@@ -1,0 +1,223 @@
+"""Absorbed MLA attention over the paged latent cache (DeepSeek-V2/V3 decode and chunked prefill).
+
+Work item = (query token, tile of BLOCK_H heads, KV split). The heads are the tl.dot M dimension:
+all query heads of one token attend to the same single latent KV head, so one cache tile serves
+BLOCK_H heads. Scores are q_nope·k_nope (the L = kv_lora_rank part) plus q_pe·k_pe (the R rope
+part) as two dots, so no [*, L+R] tile is built; V is the same k_nope tile (the first L cache
+columns), so each cache row is read once. A cache block is read as BLOCK_N-row slices addressed
+from its scalar block id (contiguous tile loads, no gathers).
+
+Split-KV: when tokens x head tiles would leave cube cores idle (decode at small batch) and the
+context is long, work items also split the key range; each writes its normalised partial output
+and log2-sum-exp to an fp32 workspace of padded [BLOCK_H, BLOCK_L] tiles, and a vector kernel
+merges the splits.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ascendkit.kernels._reduce import fast_max
+from ascendkit.kernels.ascend_gate import LoweringCase, lowering_cases
+from ascendkit.kernels.shape_grid import BLOCK_SIZES, DTYPES
+from ascendkit.platform import core_counts, grid_size
+
+BLOCK_N = 16  # keys per step: the smallest dot tile; every block size is a multiple of it
+MIN_KEYS_PER_SPLIT = 128  # shorter splits cost more in workspace traffic and merging than they gain
+MERGE_BLOCK_D = 128  # latent columns per merge step (keeps the merge tiles small at L = 512)
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _visible_keys(seq_ids_ptr, cu_ptr, seqused_ptr, t):
+    """(sequence of token t, keys it sees): bottom-right causal; 0 for a token past its sequence."""
+    b = tl.load(seq_ids_ptr + t)
+    q_start = tl.load(cu_ptr + b)
+    q_len = tl.load(cu_ptr + b + 1) - q_start
+    kv_len = tl.load(seqused_ptr + b)
+    i = t - q_start
+    visible = tl.minimum(tl.maximum(kv_len - q_len + i + 1, 0), kv_len)
+    return b, tl.where(i < q_len, visible, 0)
+
+
+@triton.jit
+def _dot_operand(x, UPCAST: tl.constexpr):
+    # The 3.2 interpreter multiplies bf16 dot operands as their raw uint16 bits; on CPU (only ever
+    # the interpreter) bf16 tiles are widened to fp32 first, which is exact, so the result is what
+    # a bf16 dot with fp32 accumulation gives on the device.
+    return x.to(tl.float32) if UPCAST else x
+
+
+@triton.jit(do_not_specialize=["num_heads", "work_items", "num_splits", "keys_per_split", "stride_qt", "stride_qh",
+                               "stride_kb", "stride_ks", "stride_bt", "stride_ot", "stride_oh"])
+def mla_attention_kernel(
+    q_ptr, kv_ptr, bt_ptr, seq_ids_ptr, cu_ptr, seqused_ptr, out_ptr, part_ptr, lse_ptr,
+    num_heads, work_items, num_splits, keys_per_split,
+    stride_qt, stride_qh, stride_kb, stride_ks, stride_bt, stride_ot, stride_oh, qk_scale_log2,
+    L: tl.constexpr, R: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_R: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
+    UPCAST_DOT: tl.constexpr,
+):
+    rh = tl.arange(0, BLOCK_H)
+    rn = tl.arange(0, BLOCK_N)
+    dl = tl.arange(0, BLOCK_L)
+    dr = tl.arange(0, BLOCK_R)
+    head_tiles = tl.cdiv(num_heads, BLOCK_H)
+    tiles = work_items // num_splits
+    for w in range(tl.program_id(0), work_items, tl.num_programs(0)):
+        tile = w // num_splits
+        split = w % num_splits
+        t = tile // head_tiles
+        h0 = (tile % head_tiles) * BLOCK_H
+        b, visible = _visible_keys(seq_ids_ptr, cu_ptr, seqused_ptr, t)
+        head_mask = rh < num_heads - h0
+        q_rows = q_ptr + tl.cast(t, tl.int64) * stride_qt + h0 * stride_qh + rh[:, None] * stride_qh
+        q_nope = _dot_operand(tl.load(q_rows + dl[None, :], mask=head_mask[:, None] & (dl < L)[None, :], other=0.0), UPCAST_DOT)
+        q_pe = _dot_operand(tl.load(q_rows + L + dr[None, :], mask=head_mask[:, None] & (dr < R)[None, :], other=0.0), UPCAST_DOT)
+
+        m = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
+        l = tl.zeros([BLOCK_H], dtype=tl.float32)
+        acc = tl.zeros([BLOCK_H, BLOCK_L], dtype=tl.float32)
+        start = split * keys_per_split
+        end = tl.minimum(start + keys_per_split, visible)
+        table_row = bt_ptr + tl.cast(b, tl.int64) * stride_bt
+        for k0 in range(start, end, BLOCK_N):
+            block_id = tl.load(table_row + k0 // BLOCK_SIZE)
+            rows = kv_ptr + tl.cast(block_id, tl.int64) * stride_kb + (k0 % BLOCK_SIZE) * stride_ks + rn[:, None] * stride_ks
+            key_mask = rn < end - k0
+            # Masked rows read as 0: unused cache slots may hold NaN, which would poison p @ v.
+            k_nope = tl.load(rows + dl[None, :], mask=key_mask[:, None] & (dl < L)[None, :], other=0.0)
+            k_pe = tl.load(rows + L + dr[None, :], mask=key_mask[:, None] & (dr < R)[None, :], other=0.0)
+            kv = _dot_operand(k_nope, UPCAST_DOT)  # K's latent part and, as loaded, V
+            s = tl.dot(q_nope, tl.trans(kv)) + tl.dot(q_pe, tl.trans(_dot_operand(k_pe, UPCAST_DOT)))
+            s = tl.where(key_mask[None, :], s * qk_scale_log2, float("-inf"))
+            m_new = tl.maximum(m, fast_max(s, 1))  # finite: every step has at least one key
+            alpha = tl.exp2(m - m_new)
+            p = tl.exp2(s - m_new[:, None])
+            l = l * alpha + tl.sum(p, 1)
+            acc = tl.dot(_dot_operand(p.to(k_nope.dtype), UPCAST_DOT), kv, acc * alpha[:, None])
+            m = m_new
+
+        o = acc / tl.where(l > 0.0, l, 1.0)[:, None]  # no visible key: 0, not NaN
+        if SPLIT:
+            slot = tl.cast(split * tiles + tile, tl.int64) * BLOCK_H
+            tl.store(part_ptr + slot * BLOCK_L + rh[:, None] * BLOCK_L + dl[None, :], o)
+            tl.store(lse_ptr + slot + rh, tl.where(l > 0.0, m + tl.log2(tl.where(l > 0.0, l, 1.0)), float("-inf")))
+        else:
+            out_rows = out_ptr + tl.cast(t, tl.int64) * stride_ot + h0 * stride_oh + rh[:, None] * stride_oh
+            tl.store(out_rows + dl[None, :], o.to(out_ptr.dtype.element_ty), mask=head_mask[:, None] & (dl < L)[None, :])
+
+
+@triton.jit(do_not_specialize=["num_heads", "tiles", "num_splits", "stride_ot", "stride_oh"])
+def mla_merge_kernel(
+    part_ptr, lse_ptr, out_ptr, num_heads, tiles, num_splits, stride_ot, stride_oh,
+    L: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    rh = tl.arange(0, BLOCK_H)
+    dd = tl.arange(0, BLOCK_D)
+    head_tiles = tl.cdiv(num_heads, BLOCK_H)
+    for tile in range(tl.program_id(0), tiles, tl.num_programs(0)):
+        t = tile // head_tiles
+        h0 = (tile % head_tiles) * BLOCK_H
+        m = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
+        for s in range(num_splits):
+            m = tl.maximum(m, tl.load(lse_ptr + tl.cast(s * tiles + tile, tl.int64) * BLOCK_H + rh))
+        m = tl.where(m == float("-inf"), 0.0, m)  # no split saw a key: every weight is 0
+        out_rows = out_ptr + tl.cast(t, tl.int64) * stride_ot + h0 * stride_oh + rh[:, None] * stride_oh
+        for d0 in range(0, L, BLOCK_D):
+            total = tl.zeros([BLOCK_H], dtype=tl.float32)
+            acc = tl.zeros([BLOCK_H, BLOCK_D], dtype=tl.float32)
+            for s in range(num_splits):
+                slot = tl.cast(s * tiles + tile, tl.int64) * BLOCK_H
+                weight = tl.exp2(tl.load(lse_ptr + slot + rh) - m)
+                total += weight
+                acc += weight[:, None] * tl.load(part_ptr + slot * BLOCK_L + rh[:, None] * BLOCK_L + d0 + dd[None, :])
+            o = acc / tl.where(total > 0.0, total, 1.0)[:, None]
+            mask = (rh < num_heads - h0)[:, None] & (dd < L - d0)[None, :]
+            tl.store(out_rows + d0 + dd[None, :], o.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def block_h_for(lora: int) -> int:
+    """Heads per tile: the [BLOCK_H, L] fp32 accumulator and q tiles bound it at large L."""
+    return 16 if lora > 256 else 32
+
+
+def plan_splits(work: int, max_seqlen_k: int, block_size: int, cores: int) -> tuple[int, int]:
+    """(num_splits, keys_per_split, a multiple of the block size) for `work` token x head tiles."""
+    if work >= cores or max_seqlen_k < 2 * MIN_KEYS_PER_SPLIT:
+        return 1, max(max_seqlen_k, 1)
+    splits = min(triton.cdiv(cores, work), max_seqlen_k // MIN_KEYS_PER_SPLIT)
+    keys = triton.cdiv(triton.cdiv(max_seqlen_k, splits), block_size) * block_size
+    return triton.cdiv(max_seqlen_k, keys), keys
+
+
+def mla_attention(out: torch.Tensor, query: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor,
+                  cu_seqlens_q: torch.Tensor, seqused_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
+                  kv_lora_rank: int, scale: float) -> None:
+    tokens, heads, dim = query.shape
+    if tokens == 0:
+        return
+    lora, rope, block_size = kv_lora_rank, dim - kv_lora_rank, kv_cache.shape[1]
+    block_h, block_l = block_h_for(lora), triton.next_power_of_2(lora)
+    tiles = tokens * triton.cdiv(heads, block_h)
+    splits, keys_per_split = plan_splits(tiles, max_seqlen_k, block_size, core_counts(query.device)["cube"])
+    # Token -> sequence on the device (no host sync): the count of sequence ends at or before t.
+    seq_ids = torch.searchsorted(cu_seqlens_q[1:], torch.arange(tokens, device=query.device, dtype=torch.int32), right=True)
+    seq_ids = seq_ids.clamp_(max=max(seqused_k.shape[0] - 1, 0)).to(torch.int32)
+    if splits > 1:
+        part = torch.empty((splits, tiles, block_h, block_l), dtype=torch.float32, device=query.device)
+        lse = torch.empty((splits, tiles, block_h), dtype=torch.float32, device=query.device)
+    else:
+        part = lse = out  # unused
+    work = tiles * splits
+    mla_attention_kernel[(grid_size(query.device, work, uses_dot=True),)](
+        query, kv_cache, block_table, seq_ids, cu_seqlens_q, seqused_k, out, part, lse,
+        heads, work, splits, keys_per_split,
+        query.stride(0), query.stride(1), kv_cache.stride(0), kv_cache.stride(1), block_table.stride(0),
+        out.stride(0), out.stride(1), scale * LOG2E,
+        L=lora, R=rope, BLOCK_L=block_l, BLOCK_R=triton.next_power_of_2(rope), BLOCK_SIZE=block_size,
+        BLOCK_H=block_h, BLOCK_N=BLOCK_N, SPLIT=splits > 1,
+        UPCAST_DOT=query.dtype == torch.bfloat16 and query.device.type == "cpu",
+    )
+    if splits > 1:
+        mla_merge_kernel[(grid_size(query.device, tiles),)](
+            part, lse, out, heads, tiles, splits, out.stride(0), out.stride(1),
+            L=lora, BLOCK_L=block_l, BLOCK_H=block_h, BLOCK_D=min(block_l, MERGE_BLOCK_D),
+        )
+
+
+# DeepSeek-V2/V3 (L=512, R=64; 16..128 heads), DeepSeek-V2-Lite shapes, and a small L=128 model.
+_MLA_SHAPES = ((512, 64), (128, 32))
+
+
+@lowering_cases("mla")
+def _cases() -> list[LoweringCase]:
+    cases = []
+    for dtype in DTYPES:
+        for lora, rope in _MLA_SHAPES:
+            block_h, block_l = block_h_for(lora), triton.next_power_of_2(lora)
+            for block_size in BLOCK_SIZES:
+                for split in (False, True):
+                    cases.append(LoweringCase(
+                        name=f"mla_attention[L={lora},R={rope},bs={block_size},{'split' if split else 'direct'},{dtype}]",
+                        kernel=mla_attention_kernel,
+                        arg_types={"q_ptr": f"*{dtype}", "kv_ptr": f"*{dtype}", "bt_ptr": "*i32", "seq_ids_ptr": "*i32",
+                                   "cu_ptr": "*i32", "seqused_ptr": "*i32", "out_ptr": f"*{dtype}", "part_ptr": "*fp32",
+                                   "lse_ptr": "*fp32", "num_heads": "i32", "work_items": "i32", "num_splits": "i32",
+                                   "keys_per_split": "i32", "stride_qt": "i32", "stride_qh": "i32", "stride_kb": "i32",
+                                   "stride_ks": "i32", "stride_bt": "i32", "stride_ot": "i32", "stride_oh": "i32",
+                                   "qk_scale_log2": "fp32"},
+                        constexprs={"L": lora, "R": rope, "BLOCK_L": block_l, "BLOCK_R": triton.next_power_of_2(rope),
+                                    "BLOCK_SIZE": block_size, "BLOCK_H": block_h, "BLOCK_N": BLOCK_N, "SPLIT": split,
+                                    "UPCAST_DOT": False},
+                        expect_mode="mix",
+                    ))
+            cases.append(LoweringCase(
+                name=f"mla_merge[L={lora},{dtype}]",
+                kernel=mla_merge_kernel,
+                arg_types={"part_ptr": "*fp32", "lse_ptr": "*fp32", "out_ptr": f"*{dtype}", "num_heads": "i32",
+                           "tiles": "i32", "num_splits": "i32", "stride_ot": "i32", "stride_oh": "i32"},
+                constexprs={"L": lora, "BLOCK_L": block_l, "BLOCK_H": block_h, "BLOCK_D": min(block_l, MERGE_BLOCK_D)},
+            ))
+    return cases

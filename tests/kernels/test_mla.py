@@ -1,0 +1,75 @@
+"""mla_attention: Triton kernel (interpreter) vs the torch reference on NaN-poisoned paged caches,
+plus the FlashMLA-style cosine check against an independent fp64 formula."""
+import pytest
+import torch
+
+from opchecks import kernel_path, run_both
+from ops.test_mla import cos_diff, independent_mla, make_batch
+
+import ascendkit.kernels.mla as mla_kernels
+
+OPS = torch.ops.ascend
+
+# decode; chunked prefill over cached context; lengths crossing block boundaries; an empty sequence;
+# a long decode context (split-KV under the interpreter's 4 "cores").
+CASES = {
+    "decode": ([1, 1, 1], [1, 17, 40]),
+    "mixed": ([3, 1, 5, 1], [19, 33, 5, 0]),
+    "prefill": ([7], [7]),
+    "long": ([1, 1], [300, 129]),
+}
+
+
+def _run(q_lens, kv_lens, heads, lora, rope, block_size, dtype, strided=False):
+    query, cache, table, cu, seqused = make_batch(q_lens, kv_lens, heads, lora, rope, block_size, dtype)
+    out = torch.empty(query.shape[0], heads, lora, dtype=dtype)
+    if strided:  # padded rows: every stride but the last dim's is larger than the shape's
+        query = torch.cat([query, torch.randn(*query.shape[:2], 5, dtype=dtype)], -1)[..., : lora + rope]
+        cache = torch.cat([cache, torch.full((*cache.shape[:2], 3), float("nan"), dtype=dtype)], -1)[..., : lora + rope]
+        out = torch.empty(query.shape[0], heads, lora + 4, dtype=dtype)[..., :lora]
+    scale = (lora + rope) ** -0.5
+    args = [out, query, cache, table, cu, seqused, max(q_lens), max(kv_lens), lora, scale]
+    run_both(OPS.mla_attention, args, mutated=[0])
+    return args
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("block_size", [16, 64])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_small_latent(case, block_size, dtype):
+    _run(*CASES[case], heads=16, lora=128, rope=32, block_size=block_size, dtype=dtype)
+
+
+@pytest.mark.parametrize("case", ["mixed", "long"])
+def test_deepseek_latent_32_heads(case):
+    _run(*CASES[case], heads=32, lora=512, rope=64, block_size=64, dtype=torch.float16)
+
+
+def test_deepseek_latent_128_heads():  # ~1.5 s in the interpreter: no need to mark it slow
+    _run([2, 1], [70, 33], heads=128, lora=512, rope=64, block_size=64, dtype=torch.bfloat16)
+
+
+def test_strided_query_cache_and_out():
+    _run([3, 1], [40, 17], heads=16, lora=128, rope=32, block_size=16, dtype=torch.float32, strided=True)
+
+
+def test_split_kv_is_exercised_and_matches_independent_formula():
+    q_lens, kv_lens = CASES["long"]
+    assert mla_kernels.plan_splits(len(q_lens), max(kv_lens), 16, cores=4)[0] > 1
+    query, cache, table, cu, seqused = make_batch(q_lens, kv_lens, 16, 128, 32, 16)
+    out = torch.empty(2, 16, 128)
+    with kernel_path("triton"):
+        OPS.mla_attention(out, query, cache, table, cu, seqused, 1, 300, 128, 0.1147)
+    expect = independent_mla(query, cache, table, cu, seqused, 128, 0.1147)
+    assert cos_diff(out, expect) < 1e-5
+    torch.testing.assert_close(out.double(), expect, rtol=1e-5, atol=1e-5)
+
+
+def test_kernel_cosine_vs_independent_fp32():
+    query, cache, table, cu, seqused = make_batch([3, 1, 5, 1], [19, 33, 5, 0], 16, 512, 64, 16)
+    out = torch.empty(10, 16, 512)
+    with kernel_path("triton"):
+        OPS.mla_attention(out, query, cache, table, cu, seqused, 5, 33, 512, 0.1147)
+    expect = independent_mla(query, cache, table, cu, seqused, 512, 0.1147)
+    assert cos_diff(out, expect) < 1e-5 and not out.isnan().any()
+    assert (out[9] == 0).all()  # the sequence with no keys
