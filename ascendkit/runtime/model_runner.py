@@ -46,7 +46,8 @@ class ModelRunner:
         if batch.is_decode:
             seq_idx, positions = torch.arange(len(seqs)), start_t
         else:
-            seq_idx = torch.repeat_interleave(torch.arange(len(seqs)), count_t)
+            # row -> its sequence (searchsorted: repeat_interleave costs ~20 ms on CPU torch)
+            seq_idx = torch.searchsorted(cu[1:], torch.arange(len(ids), dtype=torch.int32), right=True)
             positions = torch.arange(len(ids)) - cu[:-1].long()[seq_idx] + start_t[seq_idx]
         width = max(len(s.block_table) for s in seqs)
         tables = torch.tensor([s.block_table + [-1] * (width - len(s.block_table)) for s in seqs], dtype=torch.int32)

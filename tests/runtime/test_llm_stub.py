@@ -1,0 +1,196 @@
+"""LLM end to end on the deterministic stub model: every request's greedy output must equal the
+oracle (computed from the token history directly), whatever the batch composition, prefix
+caching, chunk size, cache size (preemption) or graph bucketing. Plus stop conditions, seeded
+sampling, logprobs, rejected requests, and a 300-request soak."""
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from ascendkit.runtime import LLM, SamplingParams
+from stub_model import CHARS, EOS, VOCAB, oracle_greedy, stub_loaded
+
+GREEDY = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+
+
+def make_llm(**kw) -> LLM:
+    args = dict(max_model_len=256, max_num_seqs=16, max_num_batched_tokens=64, block_size=4, num_kv_blocks=256)
+    args.update(kw)
+    return LLM(stub_loaded(), **args)
+
+
+def mixed_prompts(n: int, seed: int = 0) -> list[list[int]]:
+    """Mixed lengths (1..60) with shared prefixes, so the prefix cache gets hits."""
+    rng = random.Random(seed)
+    shared = [rng.randrange(1, VOCAB) for _ in range(20)]
+    out = []
+    for i in range(n):
+        head = shared[: rng.randrange(0, 21)] if i % 2 else []
+        out.append(head + [rng.randrange(1, VOCAB) for _ in range(rng.randrange(1, 41))])
+    return out
+
+
+def token_ids(outputs) -> list[list[int]]:
+    return [o.outputs[0].token_ids for o in outputs]
+
+
+CONFIGS = {
+    "default": {},
+    "no_prefix_cache": {"enable_prefix_caching": False},
+    "small_chunks": {"max_num_batched_tokens": 16, "max_num_seqs": 4},
+    "graph_off": {"graph": "off"},
+    "tiny_cache": {"num_kv_blocks": 24},  # 16 sequences of up to 84 tokens cannot all fit: preemption
+}
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_batch_of_16_equals_oracle_and_running_alone(name):
+    llm = make_llm(**CONFIGS[name])
+    prompts = mixed_prompts(16)
+    outputs = llm.generate(prompts, GREEDY, use_tqdm=False)
+    assert token_ids(outputs) == [oracle_greedy(p, 24, eos=None) for p in prompts]
+    assert [o.prompt_token_ids for o in outputs] == prompts  # input order
+    stats = llm.last_stats
+    if name == "tiny_cache":
+        assert stats.num_preemptions > 0 and any(o.metrics.num_preemptions for o in outputs)
+    if name == "default":
+        assert sum(o.metrics.num_cached_tokens for o in outputs) > 0
+    alone = llm.generate([prompts[5]], GREEDY, use_tqdm=False)
+    assert token_ids(alone) == [outputs[5].outputs[0].token_ids]
+    assert llm.engine.block_manager.num_free_blocks == llm.config.num_kv_blocks
+
+
+def test_graph_runner_pads_decode_batches():
+    llm = make_llm()
+    model = llm.model
+    llm.generate(mixed_prompts(5), GREEDY, use_tqdm=False)
+    decode_calls = [(t, b) for t, b in model.calls if t == b]
+    assert decode_calls and all(b in (1, 2, 4, 8) for _, b in decode_calls)
+    assert (8, 8) in decode_calls  # 5 running sequences padded to the bucket of 8
+
+
+def test_eos_stop_ids_and_length():
+    llm = make_llm()
+    prompt = [3, 1, 4, 1, 5, 9, 2, 6]
+    full = oracle_greedy(prompt, 40, eos=None)
+    stop_at = next(i for i in range(3, 40) if full[i] not in full[:i])
+    out = llm.generate(prompt, SamplingParams(temperature=0, max_tokens=40, ignore_eos=True,
+                                              stop_token_ids=[full[stop_at]]), use_tqdm=False)[0].outputs[0]
+    assert out.token_ids == full[: stop_at + 1] and out.finish_reason == "stop" and out.stop_reason == full[stop_at]
+    assert out.text == "".join(CHARS[t] for t in full[:stop_at])  # the stop token is not text
+    out = llm.generate(prompt, SamplingParams(temperature=0, max_tokens=7, ignore_eos=True), use_tqdm=False)[0].outputs[0]
+    assert out.token_ids == full[:7] and out.finish_reason == "length"
+    eos_prompt = next(p for p in mixed_prompts(200, seed=3) if oracle_greedy(p, 30)[-1] == EOS)
+    expected = oracle_greedy(eos_prompt, 30)
+    out = llm.generate(eos_prompt, SamplingParams(temperature=0, max_tokens=30), use_tqdm=False)[0].outputs[0]
+    assert out.token_ids == expected and expected[-1] == EOS and out.finish_reason == "stop"
+    assert out.stop_reason is None
+
+
+def test_max_model_len_caps_generation():
+    llm = make_llm(max_model_len=20)
+    out = llm.generate([1] * 15, SamplingParams(temperature=0, max_tokens=50, ignore_eos=True), use_tqdm=False)[0]
+    assert len(out.outputs[0].token_ids) == 5 and out.outputs[0].finish_reason == "length"
+
+
+def test_stop_string_cut_from_text():
+    llm = make_llm()
+    prompt = CHARS[5:17]
+    full = "".join(CHARS[t] for t in oracle_greedy(llm.tokenizer.encode(prompt), 40, eos=None))
+    stop = full[10:12]
+    at = full.find(stop)
+    out = llm.generate(prompt, SamplingParams(temperature=0, max_tokens=40, ignore_eos=True, stop=[stop, "never!"]),
+                       use_tqdm=False)[0]
+    assert out.prompt == prompt
+    assert out.outputs[0].text == full[:at]
+    assert out.outputs[0].finish_reason == "stop" and out.outputs[0].stop_reason == stop
+    assert len(out.outputs[0].token_ids) == at + len(stop)  # one char per token: stops on the token completing it
+
+
+def test_seeded_sampling_reproducible_in_any_batch():
+    llm = make_llm()
+    seeded = SamplingParams(temperature=1.0, top_k=20, max_tokens=20, seed=1234, ignore_eos=True)
+    prompts = mixed_prompts(6, seed=7)
+    alone = token_ids(llm.generate(prompts[2], seeded, use_tqdm=False))[0]
+    mixed = [SamplingParams(temperature=0.8, max_tokens=15, ignore_eos=True)] * 6
+    mixed[2] = seeded
+    batched = token_ids(llm.generate(prompts, mixed, use_tqdm=False))
+    assert batched[2] == alone
+    other = token_ids(llm.generate(prompts[2], SamplingParams(temperature=1.0, top_k=20, max_tokens=20, seed=99,
+                                                              ignore_eos=True), use_tqdm=False))[0]
+    assert other != alone
+    assert alone != oracle_greedy(prompts[2], 20, eos=None)  # it really sampled
+
+
+def test_logprobs_are_the_models_log_softmax():
+    llm = make_llm()
+    prompt = [7, 8, 9, 10]
+    out = llm.generate(prompt, SamplingParams(temperature=0, max_tokens=3, logprobs=2, ignore_eos=True),
+                       use_tqdm=False)[0].outputs[0]
+    expected = torch.log_softmax(-0.5 * torch.arange(VOCAB).float(), 0)  # stub logits around the target
+    for token, entry in zip(out.token_ids, out.logprobs):
+        assert len(entry) == 2 and entry[token] == pytest.approx(expected[0].item(), abs=1e-5)
+    assert out.cumulative_logprob == pytest.approx(3 * expected[0].item(), abs=1e-4)
+
+
+def test_requests_that_never_fit_error_while_others_finish():
+    llm = make_llm(max_model_len=64, num_kv_blocks=12)
+    prompts = [[1, 2, 3], [5] * 64, [2] * 30, [4, 4]]
+    params = [GREEDY, GREEDY, SamplingParams(temperature=0, max_tokens=30, ignore_eos=True), GREEDY]
+    outs = llm.generate(prompts, params, use_tqdm=False)
+    assert [o.outputs[0].finish_reason for o in outs] == ["length", "error", "error", "length"]
+    assert "max_model_len" in outs[1].error and "KV blocks" in outs[2].error
+    assert outs[0].outputs[0].token_ids == oracle_greedy([1, 2, 3], 24, eos=None)
+    assert outs[3].outputs[0].token_ids == oracle_greedy([4, 4], 24, eos=None)
+
+
+def test_chat_applies_template_and_metrics():
+    llm = make_llm()
+    conv = [{"role": "user", "content": "Hello"}]
+    outs = llm.chat([conv, conv + [{"role": "assistant", "content": "x"}]], GREEDY, use_tqdm=False)
+    assert outs[0].prompt == "HelloZ" and outs[1].prompt == "HelloxZ"
+    assert outs[0].outputs[0].token_ids == oracle_greedy(llm.tokenizer.encode("HelloZ"), 24, eos=None)
+    m = outs[0]
+    assert m.metrics.time_to_first_token > 0 and len(m.per_token_latency) == 23 and m.mean_per_token_latency > 0
+
+
+def test_bad_arguments_name_the_argument():
+    llm = make_llm()
+    with pytest.raises(ValueError, match="^prompts"):
+        llm.generate([[1, VOCAB]], use_tqdm=False)
+    with pytest.raises(ValueError, match="^sampling_params"):
+        llm.generate([[1], [2]], [GREEDY], use_tqdm=False)
+    with pytest.raises(ValueError, match="^temperature"):
+        SamplingParams(temperature=-1)
+    with pytest.raises(ValueError, match="^top_p"):
+        SamplingParams(top_p=0)
+    with pytest.raises(ValueError, match="^max_model_len"):
+        make_llm(max_model_len=10**6)
+    with pytest.raises(ValueError, match="^graph"):
+        make_llm(graph="always")
+    with pytest.raises(ValueError, match="^max_num_batched_tokens"):
+        make_llm(max_num_seqs=16, max_num_batched_tokens=8)
+
+
+def test_soak_300_requests_small_cache():
+    llm = make_llm(max_num_seqs=24, max_num_batched_tokens=48, num_kv_blocks=40, max_model_len=128)
+    rng = random.Random(11)
+    prompts = mixed_prompts(300, seed=5)
+    params = []
+    for i in range(300):
+        if i % 3 == 0:
+            params.append(SamplingParams(temperature=1.0, top_p=0.9, max_tokens=rng.randrange(1, 40), seed=i))
+        else:
+            params.append(SamplingParams(temperature=0, max_tokens=rng.randrange(1, 40)))
+    outs = llm.generate(prompts, params, use_tqdm=False)
+    assert len(outs) == 300 and all(o.finished for o in outs)
+    for o, p, sp in zip(outs, prompts, params):
+        assert o.prompt_token_ids == p and o.outputs[0].finish_reason in ("stop", "length")
+        if sp.greedy:
+            assert o.outputs[0].token_ids == oracle_greedy(p, sp.max_tokens)
+    assert llm.last_stats.num_preemptions > 0
+    bm = llm.engine.block_manager
+    assert bm.num_free_blocks == bm.num_blocks and not any(bm.ref_counts)
+    assert not llm.engine.scheduler.running and not llm.engine.scheduler.waiting
