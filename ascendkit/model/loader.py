@@ -61,7 +61,8 @@ def build_model(config: ModelConfig, dtype: torch.dtype, device: str | torch.dev
         return model_class(config)(config)
 
 
-def _safetensors(directory: Path) -> Iterator[tuple[str, str, torch.Tensor]]:
+def _safetensors(directory: Path, names_only: bool = False) -> Iterator[tuple[str, str, torch.Tensor | None]]:
+    """(file, name, tensor) for every tensor of the checkpoint, read one at a time."""
     index = directory / "model.safetensors.index.json"
     if index.is_file():
         files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
@@ -77,7 +78,7 @@ def _safetensors(directory: Path) -> Iterator[tuple[str, str, torch.Tensor]]:
             raise ValueError(f"{path}: cannot read safetensors file ({exc})") from exc
         with handle as f:
             for name in f.keys():
-                yield str(path), name, f.get_tensor(name)
+                yield str(path), name, None if names_only else f.get_tensor(name)
 
 
 def _cast(tensors, dtype: torch.dtype, device) -> Iterator[tuple[str, str, torch.Tensor]]:
@@ -97,9 +98,8 @@ def load_model(model: str, dtype: torch.dtype = torch.float32, device: str | tor
     if path.is_dir():
         config = load_config(path)
         net = build_model(config, dtype, device)
-        static = checkpoint_is_w8a8(config.raw)
-        if static is not None:
-            prepare_w8a8_shells(net, static)
+        if checkpoint_is_w8a8(config.raw):
+            prepare_w8a8_shells(net, {name for _, name, _ in _safetensors(path, names_only=True)})
         load_weights(net, _cast(_safetensors(path), dtype, device), str(path))
         tokenizer = Tokenizer.from_directory(path, config.eos_token_id) if (path / "tokenizer.json").is_file() else None
     elif path.suffix == ".gguf" and path.is_file():
@@ -111,6 +111,6 @@ def load_model(model: str, dtype: torch.dtype = torch.float32, device: str | tor
     else:
         raise FileNotFoundError(f"model: {model!r} is not 'default', a model directory or a .gguf file")
     net.post_load()
-    if quantization == "w8a8" and checkpoint_is_w8a8(config.raw) is None:
+    if quantization == "w8a8" and not checkpoint_is_w8a8(config.raw):
         quantize_w8a8(net)
     return LoadedModel(net.eval(), tokenizer, config)

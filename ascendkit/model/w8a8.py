@@ -47,7 +47,9 @@ def quantize_w8a8(model: nn.Module, activation: str = "dynamic",
     Weights: per output channel, scale = max|w| / 127, q = round-half-even(w / scale). Activations:
     "dynamic" = per-token scale at run time; "static" needs `calibration`, a callable that runs
     representative forward passes on the model (its KV cache allocated); each Linear's input scale
-    is then max|x| / 127 over those passes.
+    is then max|x| / 127 over those passes. Linears that never ran during calibration (MLA's
+    kv_b_proj, only used absorbed into the attention; experts no calibration token was routed to)
+    keep dynamic activation scales.
     """
     if activation not in ("dynamic", "static"):
         raise ValueError(f"activation: must be 'dynamic' or 'static', got {activation!r}")
@@ -61,12 +63,10 @@ def quantize_w8a8(model: nn.Module, activation: str = "dynamic",
         scale = w.abs().amax(dim=1) / 127
         scale = torch.where(scale == 0, torch.ones_like(scale), scale)
         q = torch.round(w / scale[:, None]).clamp_(-128, 127).to(torch.int8)
-        linear.to_w8a8_shell(static=activation == "static")
+        linear.to_w8a8_shell(static=name in peaks)
         linear.weight.copy_(q)
         linear.weight_scale.copy_(scale)
         if linear.input_scale is not None:
-            if name not in peaks:
-                raise ValueError(f"calibration: layer {name} never ran during calibration")
             linear.input_scale.fill_(max(peaks[name], 1e-8) / 127)
     if hasattr(model, "post_load"):
         model.post_load()
@@ -89,21 +89,25 @@ def quantization_config(static: bool) -> dict:
     }
 
 
-def checkpoint_is_w8a8(raw_config: dict) -> bool | None:
-    """None: not quantized; else whether activations are static. Raises on other quantization."""
+def checkpoint_is_w8a8(raw_config: dict) -> bool:
+    """Whether config.json declares a compressed-tensors int8 W8A8 checkpoint; raises on any other
+    quantization."""
     q = raw_config.get("quantization_config")
     if not q:
-        return None
+        return False
     groups = list(q.get("config_groups", {}).values())
     if q.get("quant_method") != "compressed-tensors" or q.get("format") != "int-quantized" or len(groups) != 1:
         raise ValueError(f"quantization_config: only compressed-tensors int-quantized W8A8 is supported, got {q.get('quant_method')!r}/{q.get('format')!r}")
-    return not groups[0].get("input_activations", {}).get("dynamic", True)
+    return True
 
 
-def prepare_w8a8_shells(model: nn.Module, static: bool) -> None:
-    """Turn every Linear except lm_head into an int8 shell so a quantized checkpoint loads into it."""
-    for _, linear in _linears(model):
-        linear.to_w8a8_shell(static)
+def prepare_w8a8_shells(model: nn.Module, tensor_names: set[str]) -> None:
+    """Turn every Linear except lm_head into an int8 shell so a quantized checkpoint loads into
+    it; a Linear gets a static input scale when the checkpoint has one for it (or a shard of it)."""
+    for name, linear in _linears(model):
+        parent = name.rpartition(".")[0]
+        sources = [f"{parent}.{shard}" for shard in linear.shard_names] or [name]
+        linear.to_w8a8_shell(static=any(f"{src}.input_scale" in tensor_names for src in sources))
 
 
 def save_w8a8(model: nn.Module, directory: str | Path, raw_config: dict) -> None:
@@ -114,7 +118,7 @@ def save_w8a8(model: nn.Module, directory: str | Path, raw_config: dict) -> None
     linears = dict(_linears(model))
     if not linears or not all(m.quantized for m in linears.values()):
         raise ValueError("model: quantize it with quantize_w8a8 before saving a W8A8 checkpoint")
-    static = next(iter(linears.values())).input_scale is not None
+    static = any(m.input_scale is not None for m in linears.values())
     tensors: dict[str, torch.Tensor] = {}
     for name, param in model.named_parameters():
         prefix, _, kind = name.rpartition(".")
@@ -124,7 +128,7 @@ def save_w8a8(model: nn.Module, directory: str | Path, raw_config: dict) -> None
             continue
         base = prefix.rpartition(".")[0]
         for shard, (offset, rows) in linear.shard_offsets().items():
-            part = param if kind == "input_scale" else param[offset: offset + rows]
+            part = param.clone() if kind == "input_scale" else param[offset: offset + rows]  # one per shard
             tensors[f"{base}.{shard}.{kind}"] = _stored(kind, part)
     save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
     config = dict(raw_config, quantization_config=quantization_config(static))
