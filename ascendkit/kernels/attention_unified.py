@@ -1,0 +1,165 @@
+"""Unified attention: a flat batch of variable-length query chunks (prefill chunks with cached
+context, and decode tokens) against their keys, causal bottom-right. One persistent mix kernel
+serves the paged cache (unified_attention) and dense varlen K/V (flash_attention_varlen, PAGED=False).
+
+Work item = (sequence, KV head, query block). A query block holds BLOCK_Q consecutive tokens of
+one sequence × the G query heads sharing the KV head (padded to G_PAD), flattened into the
+BLOCK_M = BLOCK_Q·G_PAD rows of one tl.dot tile, so each K/V tile read serves the whole GQA group.
+The work item count comes from the host int max_seqlen_q: no device sync, graph-capturable;
+blocks past a sequence's own length exit at once.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ascendkit.kernels._attention import attend_kv_range, finish, group_rows, init_state, tile_n
+from ascendkit.kernels.ascend_gate import LoweringCase, lowering_cases
+from ascendkit.kernels.shape_grid import BLOCK_SIZES, DTYPES
+from ascendkit.platform import grid_size
+
+# Query rows per work item: 16 (the smallest tl.dot tile) while the batch is decode-only or the
+# head is wider than 128, else 32 (the lowering gate measures what fits the ~96 KB budget).
+DECODE_ROWS, PREFILL_ROWS = 16, 32
+HEAD_SIZES = (64, 80, 128, 256)
+
+
+@triton.jit(do_not_specialize=["num_seqs", "num_q_blocks", "max_blocks", "stride_qt", "stride_qh", "stride_ot",
+                               "stride_oh", "stride_blk", "stride_tok", "stride_kh", "stride_table", "window"])
+def flash_attention_kernel(
+    q_ptr, k_ptr, v_ptr, out_ptr, table_ptr, cu_q_ptr, kv_ptr,
+    num_seqs, num_q_blocks, max_blocks,
+    stride_qt, stride_qh, stride_ot, stride_oh, stride_blk, stride_tok, stride_kh, stride_table,
+    scale, softcap, window,
+    NUM_KV_HEADS: tl.constexpr, GROUP: tl.constexpr, G_PAD: tl.constexpr, BLOCK_Q: tl.constexpr,
+    BLOCK_M: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr, TILE_N: tl.constexpr,
+    PAGED: tl.constexpr, CAUSAL: tl.constexpr, USE_SOFTCAP: tl.constexpr, USE_WINDOW: tl.constexpr,
+):
+    """kv_ptr: seqused_k [B] (PAGED) or cu_seqlens_k [B+1] (dense). With PAGED the cache strides
+    are (stride_blk, stride_tok, stride_kh); dense K/V rows use (stride_tok, stride_kh)."""
+    rows = tl.arange(0, BLOCK_M)
+    tok = rows // G_PAD  # token within the query block (row metadata only; loads use group_rows)
+    head = rows % G_PAD  # query head within the GQA group
+    total = num_seqs * NUM_KV_HEADS * num_q_blocks
+    for work in range(tl.program_id(0), total, tl.num_programs(0)):
+        q_blk = work % num_q_blocks
+        kv_head = (work // num_q_blocks) % NUM_KV_HEADS
+        seq = work // (num_q_blocks * NUM_KV_HEADS)
+        q_start = tl.load(cu_q_ptr + seq)
+        q_len = tl.load(cu_q_ptr + seq + 1) - q_start
+        if PAGED:
+            k_start = 0
+            kv_len = tl.load(kv_ptr + seq)
+        else:
+            k_start = tl.load(kv_ptr + seq)
+            kv_len = tl.load(kv_ptr + seq + 1) - k_start
+        first = q_blk * BLOCK_Q
+        if first < q_len:
+            q_ptrs, q_mask = group_rows(q_ptr, q_start + first, q_len - first, stride_qt, kv_head * GROUP, GROUP,
+                                        stride_qh, BLOCK_Q, G_PAD, D, D_PAD)
+            q = tl.reshape(tl.load(q_ptrs, mask=q_mask, other=0.0), [BLOCK_M, D_PAD])
+            row_ok = (first + tok < q_len) & (head < GROUP)
+            q_pos = kv_len - q_len + first + tok  # bottom-right aligned absolute positions
+
+            last = kv_len - q_len + tl.minimum(first + BLOCK_Q, q_len) - 1  # newest query position in the block
+            hi = kv_len
+            if CAUSAL:
+                hi = tl.minimum(last + 1, kv_len)
+            lo = 0
+            if USE_WINDOW:
+                lo = tl.maximum(kv_len - q_len + first - window + 1, 0)
+            if PAGED:
+                hi = tl.minimum(hi, max_blocks * BLOCK_SIZE)  # never read past the table row
+                k_base = k_ptr + kv_head * stride_kh
+                v_base = v_ptr + kv_head * stride_kh
+            else:
+                k_base = k_ptr + tl.cast(k_start, tl.int64) * stride_tok + kv_head * stride_kh
+                v_base = v_ptr + tl.cast(k_start, tl.int64) * stride_tok + kv_head * stride_kh
+            table_row = table_ptr + tl.cast(seq, tl.int64) * stride_table
+
+            acc, m_i, l_i = init_state(BLOCK_M, D_PAD)
+            acc, m_i, l_i = attend_kv_range(
+                q, acc, m_i, l_i, q_pos, row_ok, k_base, v_base, table_row, lo, hi,
+                stride_blk, stride_tok, scale, softcap, window,
+                PAGED, BLOCK_SIZE, TILE_N, D, D_PAD, CAUSAL, USE_SOFTCAP, USE_WINDOW,
+            )
+            o = tl.reshape(finish(acc, l_i), [BLOCK_Q, G_PAD, D_PAD])
+            o_ptrs, o_mask = group_rows(out_ptr, q_start + first, q_len - first, stride_ot, kv_head * GROUP, GROUP,
+                                        stride_oh, BLOCK_Q, G_PAD, D, D_PAD)
+            tl.store(o_ptrs, o.to(out_ptr.dtype.element_ty), mask=o_mask)
+
+
+def tiling(heads: int, kv_heads: int, head_size: int, block_size: int, max_seqlen_q: int) -> dict:
+    """Constexpr tile parameters for a launch (also used by the lowering cases)."""
+    group = heads // kv_heads
+    g_pad = triton.next_power_of_2(group)
+    d_pad = triton.next_power_of_2(head_size)
+    rows = DECODE_ROWS if max_seqlen_q <= 1 or d_pad > 128 else PREFILL_ROWS
+    block_m = max(rows, g_pad)
+    return dict(NUM_KV_HEADS=kv_heads, GROUP=group, G_PAD=g_pad, BLOCK_Q=block_m // g_pad, BLOCK_M=block_m,
+                D=head_size, D_PAD=d_pad, BLOCK_SIZE=block_size, TILE_N=tile_n(block_size, block_m * d_pad))
+
+
+def launch(out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, table: torch.Tensor,
+           cu_seqlens_q: torch.Tensor, kv_lens: torch.Tensor, max_seqlen_q: int, scale: float, softcap: float,
+           sliding_window: int, *, paged: bool, causal: bool) -> None:
+    """Shared launcher: paged (key/value = caches, kv_lens = seqused_k) or dense (key/value
+    [Tk, KVH, D], kv_lens = cu_seqlens_k, table unused)."""
+    num_seqs = cu_seqlens_q.shape[0] - 1
+    if query.shape[0] == 0 or num_seqs <= 0 or max_seqlen_q == 0:
+        return
+    if paged:
+        block_size, max_blocks = key.shape[1], table.shape[1]
+        stride_blk, stride_tok, stride_kh, stride_table = key.stride(0), key.stride(1), key.stride(2), table.stride(0)
+    else:
+        block_size, max_blocks = 16, 0  # dense: tiles are position-aligned, no blocks
+        stride_blk, stride_tok, stride_kh, stride_table = 0, key.stride(0), key.stride(1), 0
+    params = tiling(query.shape[1], key.shape[-2], query.shape[2], block_size, max_seqlen_q)
+    if not paged:
+        params["TILE_N"] = tile_n(64, params["BLOCK_M"] * params["D_PAD"])
+    num_q_blocks = triton.cdiv(max_seqlen_q, params["BLOCK_Q"])
+    work = num_seqs * params["NUM_KV_HEADS"] * num_q_blocks
+    flash_attention_kernel[(grid_size(query.device, work, uses_dot=True),)](
+        query, key, value, out, table, cu_seqlens_q, kv_lens,
+        num_seqs, num_q_blocks, max_blocks,
+        query.stride(0), query.stride(1), out.stride(0), out.stride(1), stride_blk, stride_tok, stride_kh, stride_table,
+        scale, softcap, sliding_window,
+        PAGED=paged, CAUSAL=causal, USE_SOFTCAP=softcap > 0, USE_WINDOW=sliding_window > 0, **params,
+    )
+
+
+def unified_attention(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                      block_table: torch.Tensor, cu_seqlens_q: torch.Tensor, seqused_k: torch.Tensor,
+                      max_seqlen_q: int, max_seqlen_k: int, scale: float, softcap: float, sliding_window: int) -> None:
+    launch(out, query, key_cache, value_cache, block_table, cu_seqlens_q, seqused_k, max_seqlen_q, scale, softcap,
+           sliding_window, paged=True, causal=True)
+
+
+def arg_types(dtype: str) -> dict[str, str]:
+    """Lowering-case signature of flash_attention_kernel (shared with attention_varlen)."""
+    ptr = f"*{dtype}"
+    ints = ("num_seqs", "num_q_blocks", "max_blocks", "stride_qt", "stride_qh", "stride_ot", "stride_oh",
+            "stride_blk", "stride_tok", "stride_kh", "stride_table", "window")
+    return {"q_ptr": ptr, "k_ptr": ptr, "v_ptr": ptr, "out_ptr": ptr, "table_ptr": "*i32", "cu_q_ptr": "*i32",
+            "kv_ptr": "*i32", **{name: "i32" for name in ints}, "scale": "fp32", "softcap": "fp32"}
+
+
+@lowering_cases("attention_unified")
+def _cases() -> list[LoweringCase]:
+    cases = []
+    # Llama-3 8B (32 q / 8 kv), SmolLM2 (9 / 3), MHA (8 / 8); decode-only and prefill tiles.
+    for heads, kv_heads in ((32, 8), (9, 3), (8, 8)):
+        for head_size in HEAD_SIZES:
+            for block_size in BLOCK_SIZES:
+                for max_q, dtype in ((1, DTYPES[0]), (512, DTYPES[1])):
+                    params = tiling(heads, kv_heads, head_size, block_size, max_q)
+                    cases.append(LoweringCase(
+                        name=f"unified_attention[h={heads}/{kv_heads},d={head_size},bs={block_size},m={params['BLOCK_M']},{dtype}]",
+                        kernel=flash_attention_kernel,
+                        arg_types=arg_types(dtype),
+                        constexprs={**params, "PAGED": True, "CAUSAL": True, "USE_SOFTCAP": max_q > 1,
+                                    "USE_WINDOW": max_q > 1},
+                        expect_mode="mix",
+                    ))
+    return cases
