@@ -5,7 +5,9 @@ all query heads of one token attend to the same single latent KV head, so one ca
 BLOCK_H heads. Scores are q_nope·k_nope (the L = kv_lora_rank part) plus q_pe·k_pe (the R rope
 part) as two dots, so no [*, L+R] tile is built; V is the same k_nope tile (the first L cache
 columns), so each cache row is read once. A cache block is read as BLOCK_N-row slices addressed
-from its scalar block id (contiguous tile loads, no gathers).
+from its scalar block id (contiguous tile loads, no gathers). Tile loads and the softmax state
+come from _attention.py; the step itself is MLA's own (two score dots, V taken from the K tile),
+which _attention.attend_tile (one dot, separate K and V tiles) does not cover.
 
 Split-KV: when tokens x head tiles would leave cube cores idle (decode at small batch) and the
 context is long, work items also split the key range; each writes its normalised partial output
@@ -18,6 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ascendkit.kernels._attention import finish, init_state, load_kv_tile
 from ascendkit.kernels._reduce import fast_max
 from ascendkit.kernels.ascend_gate import LoweringCase, lowering_cases
 from ascendkit.kernels.shape_grid import BLOCK_SIZES, DTYPES
@@ -71,27 +74,24 @@ def mla_attention_kernel(
         t = tile // head_tiles
         h0 = (tile % head_tiles) * BLOCK_H
         b, visible = _visible_keys(seq_ids_ptr, cu_ptr, seqused_ptr, t)
-        head_mask = rh < num_heads - h0
-        q_rows = q_ptr + tl.cast(t, tl.int64) * stride_qt + h0 * stride_qh + rh[:, None] * stride_qh
-        q_nope = _dot_operand(tl.load(q_rows + dl[None, :], mask=head_mask[:, None] & (dl < L)[None, :], other=0.0), UPCAST_DOT)
-        q_pe = _dot_operand(tl.load(q_rows + L + dr[None, :], mask=head_mask[:, None] & (dr < R)[None, :], other=0.0), UPCAST_DOT)
+        # The token's heads are rows of the query tile (padding heads read as 0, never stored).
+        q_base = q_ptr + tl.cast(t, tl.int64) * stride_qt + h0 * stride_qh
+        q_nope = _dot_operand(load_kv_tile(q_base, rh, dl, stride_qh, num_heads - h0, L, BLOCK_L), UPCAST_DOT)
+        q_pe = _dot_operand(load_kv_tile(q_base + L, rh, dr, stride_qh, num_heads - h0, R, BLOCK_R), UPCAST_DOT)
 
-        m = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
-        l = tl.zeros([BLOCK_H], dtype=tl.float32)
-        acc = tl.zeros([BLOCK_H, BLOCK_L], dtype=tl.float32)
+        acc, m, l = init_state(BLOCK_H, BLOCK_L)
         start = split * keys_per_split
         end = tl.minimum(start + keys_per_split, visible)
         table_row = bt_ptr + tl.cast(b, tl.int64) * stride_bt
         for k0 in range(start, end, BLOCK_N):
             block_id = tl.load(table_row + k0 // BLOCK_SIZE)
-            rows = kv_ptr + tl.cast(block_id, tl.int64) * stride_kb + (k0 % BLOCK_SIZE) * stride_ks + rn[:, None] * stride_ks
-            key_mask = rn < end - k0
-            # Masked rows read as 0: unused cache slots may hold NaN, which would poison p @ v.
-            k_nope = tl.load(rows + dl[None, :], mask=key_mask[:, None] & (dl < L)[None, :], other=0.0)
-            k_pe = tl.load(rows + L + dr[None, :], mask=key_mask[:, None] & (dr < R)[None, :], other=0.0)
+            rows = kv_ptr + tl.cast(block_id, tl.int64) * stride_kb + (k0 % BLOCK_SIZE) * stride_ks
+            # Keys past `end` read as 0: unused cache slots may hold NaN, which would poison p @ v.
+            k_nope = load_kv_tile(rows, rn, dl, stride_ks, end - k0, L, BLOCK_L)
+            k_pe = load_kv_tile(rows + L, rn, dr, stride_ks, end - k0, R, BLOCK_R)
             kv = _dot_operand(k_nope, UPCAST_DOT)  # K's latent part and, as loaded, V
             s = tl.dot(q_nope, tl.trans(kv)) + tl.dot(q_pe, tl.trans(_dot_operand(k_pe, UPCAST_DOT)))
-            s = tl.where(key_mask[None, :], s * qk_scale_log2, float("-inf"))
+            s = tl.where((rn < end - k0)[None, :], s * qk_scale_log2, float("-inf"))
             m_new = tl.maximum(m, fast_max(s, 1))  # finite: every step has at least one key
             alpha = tl.exp2(m - m_new)
             p = tl.exp2(s - m_new[:, None])
@@ -99,14 +99,14 @@ def mla_attention_kernel(
             acc = tl.dot(_dot_operand(p.to(k_nope.dtype), UPCAST_DOT), kv, acc * alpha[:, None])
             m = m_new
 
-        o = acc / tl.where(l > 0.0, l, 1.0)[:, None]  # no visible key: 0, not NaN
+        o = finish(acc, l)  # no visible key: 0, not NaN
         if SPLIT:
             slot = tl.cast(split * tiles + tile, tl.int64) * BLOCK_H
             tl.store(part_ptr + slot * BLOCK_L + rh[:, None] * BLOCK_L + dl[None, :], o)
             tl.store(lse_ptr + slot + rh, tl.where(l > 0.0, m + tl.log2(tl.where(l > 0.0, l, 1.0)), float("-inf")))
         else:
             out_rows = out_ptr + tl.cast(t, tl.int64) * stride_ot + h0 * stride_oh + rh[:, None] * stride_oh
-            tl.store(out_rows + dl[None, :], o.to(out_ptr.dtype.element_ty), mask=head_mask[:, None] & (dl < L)[None, :])
+            tl.store(out_rows + dl[None, :], o.to(out_ptr.dtype.element_ty), mask=(rh < num_heads - h0)[:, None] & (dl < L)[None, :])
 
 
 @triton.jit(do_not_specialize=["num_heads", "tiles", "num_splits", "stride_ot", "stride_oh"])
