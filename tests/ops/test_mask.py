@@ -81,3 +81,16 @@ def test_bad_input_writes_nothing(triton_path):
     with pytest.raises(ValueError):
         OPS.causal_mask(out, q_lens, kv_lens[:2], fill, window)
     assert (out == 7.0).all()
+
+
+@pytest.mark.parametrize("window", [0, 1, 4])
+def test_window_convention_matches_hf_masking_utils(window):
+    # HF's mask functions take absolute positions: query i of a chunk sits at kv_len - q_len + i.
+    from transformers.masking_utils import causal_mask_function, sliding_window_causal_mask_function
+
+    visible_fn = sliding_window_causal_mask_function(window) if window else causal_mask_function
+    q_len, kv_len = 3, 9
+    got = ak.causal_mask(torch.tensor([q_len]), torch.tensor([kv_len]), sliding_window=window)[0] == 0
+    q_idx, kv_idx = torch.arange(kv_len - q_len, kv_len)[:, None], torch.arange(kv_len)[None, :]
+    expect = visible_fn(torch.tensor(0), torch.tensor(0), q_idx, kv_idx).expand(q_len, kv_len)
+    assert torch.equal(got, expect)
