@@ -1,7 +1,8 @@
 """References: static/dynamic int8 quantization, scaled_mm, w8a8_linear.
 
 Rounding is half to even (torch.round, as vLLM's CUDA cvt.rni) and results saturate to
-[-128, 127]. On CPU this is the production path of W8A8 models, so the GEMM runs as fp32 matmuls
+[-128, 127]. Values are x / scale rounded; vLLM's symmetric dynamic kernel multiplies by
+127 / max|x| instead, which can land on the other side of a .5 tie: such values differ by 1. On CPU this is the production path of W8A8 models, so the GEMM runs as fp32 matmuls
 over K slices that keep every partial sum exact (see `int8_matmul`): torch._int_mm measured
 10-30x slower than fp32 matmul on this CPU.
 """
