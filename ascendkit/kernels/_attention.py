@@ -11,6 +11,9 @@ Conventions every helper follows:
 - visibility of key j to a query at absolute position p: j < hi (the KV range end), causal
   j <= p, sliding window w > 0: p - w < j (HF / vLLM convention).
 """
+import os
+
+import torch
 import triton
 import triton.language as tl
 
@@ -39,11 +42,28 @@ def softcap_tanh(s, softcap):
     return softcap * (1.0 - 2.0 / (tl.exp(2.0 * s / softcap) + 1.0))
 
 
+def upcast_dot(dtype: torch.dtype) -> bool:
+    """The value of the kernels' UPCAST_DOT constexpr: True only under the Triton 3.2 interpreter
+    with bf16, whose tl.dot multiplies the raw uint16 storage of bf16 operands (garbage). The
+    operands are then cast to fp32 after rounding to bf16, so the products are the same; compiled
+    kernels (and the lowering gate) always take the bf16 dot."""
+    return dtype == torch.bfloat16 and os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
 @triton.jit
-def attend_tile(q, k, v, acc, m_i, l_i, visible, scale, softcap, USE_SOFTCAP: tl.constexpr):
+def dot(a, b, UPCAST_DOT: tl.constexpr):
+    """a @ b accumulated in fp32 (see upcast_dot)."""
+    if UPCAST_DOT:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32))
+    return tl.dot(a, b)
+
+
+@triton.jit
+def attend_tile(q, k, v, acc, m_i, l_i, visible, scale, softcap, USE_SOFTCAP: tl.constexpr,
+                UPCAST_DOT: tl.constexpr):
     """One online-softmax step over a KV tile: q [M, D_PAD], k/v [N, D_PAD] (storage dtype),
     visible [M, N]. Returns the updated (acc, m, l)."""
-    s = tl.dot(q, tl.trans(k)) * scale
+    s = dot(q, tl.trans(k), UPCAST_DOT) * scale
     if USE_SOFTCAP:
         s = softcap_tanh(s, softcap)
     s = tl.where(visible, s, float("-inf"))
@@ -53,7 +73,7 @@ def attend_tile(q, k, v, acc, m_i, l_i, visible, scale, softcap, USE_SOFTCAP: tl
     alpha = tl.exp(m_i - m_ref)
     p = tl.exp(s - m_ref[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
-    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    acc = acc * alpha[:, None] + dot(p.to(v.dtype), v, UPCAST_DOT)
     return acc, m_new, l_i
 
 
@@ -89,7 +109,7 @@ def attend_kv_range(
     k_base, v_base, table_row, lo, hi,
     stride_blk, stride_tok, scale, softcap, window,
     PAGED: tl.constexpr, BLOCK_SIZE: tl.constexpr, TILE_N: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
-    CAUSAL: tl.constexpr, USE_SOFTCAP: tl.constexpr, USE_WINDOW: tl.constexpr,
+    CAUSAL: tl.constexpr, USE_SOFTCAP: tl.constexpr, USE_WINDOW: tl.constexpr, UPCAST_DOT: tl.constexpr,
 ):
     """The shared KV loop: attend query rows (absolute positions q_pos [M], row_ok [M]) to keys
     [lo, hi) of one sequence and KV head, TILE_N keys at a time from a TILE_N-aligned start.
@@ -115,7 +135,7 @@ def attend_kv_range(
             visible = visible & (key_pos[None, :] <= q_pos[:, None])
         if USE_WINDOW:
             visible = visible & (key_pos[None, :] > q_pos[:, None] - window)
-        acc, m_i, l_i = attend_tile(q, k, v, acc, m_i, l_i, visible, scale, softcap, USE_SOFTCAP)
+        acc, m_i, l_i = attend_tile(q, k, v, acc, m_i, l_i, visible, scale, softcap, USE_SOFTCAP, UPCAST_DOT)
     return acc, m_i, l_i
 
 

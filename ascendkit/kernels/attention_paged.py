@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ascendkit.kernels._attention import attend_kv_range, finish, group_rows, init_state, tile_n
+from ascendkit.kernels._attention import attend_kv_range, finish, group_rows, init_state, tile_n, upcast_dot
 from ascendkit.kernels._reduce import fast_max
 from ascendkit.kernels.ascend_gate import LoweringCase, lowering_cases
 from ascendkit.kernels.attention_unified import HEAD_SIZES
@@ -37,7 +37,7 @@ def paged_decode_kernel(
     scale, softcap, window,
     NUM_KV_HEADS: tl.constexpr, GROUP: tl.constexpr, H_PAD: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, TILE_N: tl.constexpr, SPLIT: tl.constexpr, USE_SOFTCAP: tl.constexpr,
-    USE_WINDOW: tl.constexpr,
+    USE_WINDOW: tl.constexpr, UPCAST_DOT: tl.constexpr,
 ):
     """SPLIT: write partials to acc_ws [B, H, num_splits, D_PAD], m_ws / l_ws [B, H, num_splits]
     (fp32, contiguous) instead of out."""
@@ -65,7 +65,7 @@ def paged_decode_kernel(
             q, acc, m_i, l_i, q_pos, row_ok, k_ptr + kv_head * stride_kh, v_ptr + kv_head * stride_kh,
             table_ptr + tl.cast(seq, tl.int64) * stride_table, lo, hi,
             stride_blk, stride_tok, scale, softcap, window,
-            True, BLOCK_SIZE, TILE_N, D, D_PAD, False, USE_SOFTCAP, USE_WINDOW,
+            True, BLOCK_SIZE, TILE_N, D, D_PAD, False, USE_SOFTCAP, USE_WINDOW, UPCAST_DOT,
         )
         if SPLIT:
             # Row r is query head kv_head·G + r: partial rows are num_splits apart.
@@ -147,7 +147,8 @@ def paged_attention(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Ten
         query.stride(0), query.stride(1), out.stride(0), out.stride(1),
         key_cache.stride(0), key_cache.stride(1), key_cache.stride(2), block_tables.stride(0),
         scale, softcap, sliding_window,
-        SPLIT=splits > 1, USE_SOFTCAP=softcap > 0, USE_WINDOW=sliding_window > 0, **params,
+        SPLIT=splits > 1, USE_SOFTCAP=softcap > 0, USE_WINDOW=sliding_window > 0,
+        UPCAST_DOT=upcast_dot(query.dtype), **params,
     )
     if splits > 1:
         paged_reduce_kernel[(grid_size(query.device, batch * heads),)](
@@ -156,35 +157,38 @@ def paged_attention(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Ten
         )
 
 
+def _decode_types(dtype: str) -> dict[str, str]:
+    ptr = f"*{dtype}"
+    ints = ("num_seqs", "num_splits", "split_len", "max_blocks", "stride_qt", "stride_qh", "stride_ot", "stride_oh",
+            "stride_blk", "stride_tok", "stride_kh", "stride_table", "window")
+    return {"q_ptr": ptr, "k_ptr": ptr, "v_ptr": ptr, "out_ptr": ptr, "table_ptr": "*i32", "lens_ptr": "*i32",
+            "acc_ws": "*fp32", "m_ws": "*fp32", "l_ws": "*fp32", **{n: "i32" for n in ints},
+            "scale": "fp32", "softcap": "fp32"}
+
+
 @lowering_cases("attention_paged")
 def _cases() -> list[LoweringCase]:
     cases = []
-    ints = ("num_seqs", "num_splits", "split_len", "max_blocks", "stride_qt", "stride_qh", "stride_ot", "stride_oh",
-            "stride_blk", "stride_tok", "stride_kh", "stride_table", "window")
-    for dtype in DTYPES:
-        ptr = f"*{dtype}"
-        types = {"q_ptr": ptr, "k_ptr": ptr, "v_ptr": ptr, "out_ptr": ptr, "table_ptr": "*i32", "lens_ptr": "*i32",
-                 "acc_ws": "*fp32", "m_ws": "*fp32", "l_ws": "*fp32", **{n: "i32" for n in ints},
-                 "scale": "fp32", "softcap": "fp32"}
-        for heads, kv_heads in ((32, 8), (9, 3), (8, 8)):
-            for head_size in HEAD_SIZES:
-                for block_size in BLOCK_SIZES:
-                    split = block_size == 128  # both variants over the grid without doubling it
-                    cases.append(LoweringCase(
-                        name=f"paged_attention[h={heads}/{kv_heads},d={head_size},bs={block_size},split={split},{dtype}]",
-                        kernel=paged_decode_kernel,
-                        arg_types=types,
-                        constexprs={**tiling(heads, kv_heads, head_size, block_size), "SPLIT": split,
-                                    "USE_SOFTCAP": split, "USE_WINDOW": not split},
-                        expect_mode="mix",
-                    ))
+    for heads, kv_heads in ((32, 8), (9, 3)):
         for head_size in HEAD_SIZES:
-            cases.append(LoweringCase(
-                name=f"paged_attention_reduce[d={head_size},{dtype}]",
-                kernel=paged_reduce_kernel,
-                arg_types={"out_ptr": ptr, "acc_ws": "*fp32", "m_ws": "*fp32", "l_ws": "*fp32", "num_rows": "i32",
-                           "num_splits": "i32", "stride_ot": "i32", "stride_oh": "i32"},
-                constexprs={"HEADS": 32, "D": head_size, "D_PAD": triton.next_power_of_2(head_size),
-                            "S_PAD": MAX_SPLITS},
-            ))
+            for i, block_size in enumerate(BLOCK_SIZES):
+                dtype = DTYPES[i % len(DTYPES)]
+                split = block_size == 128  # both variants over the grid without doubling it
+                cases.append(LoweringCase(
+                    name=f"paged_attention[h={heads}/{kv_heads},d={head_size},bs={block_size},split={split},{dtype}]",
+                    kernel=paged_decode_kernel,
+                    arg_types=_decode_types(dtype),
+                    constexprs={**tiling(heads, kv_heads, head_size, block_size), "SPLIT": split,
+                                "USE_SOFTCAP": split, "USE_WINDOW": not split, "UPCAST_DOT": False},
+                    expect_mode="mix",
+                ))
+    for i, head_size in enumerate(HEAD_SIZES):
+        dtype = DTYPES[i % len(DTYPES)]
+        cases.append(LoweringCase(
+            name=f"paged_attention_reduce[d={head_size},{dtype}]",
+            kernel=paged_reduce_kernel,
+            arg_types={"out_ptr": f"*{dtype}", "acc_ws": "*fp32", "m_ws": "*fp32", "l_ws": "*fp32", "num_rows": "i32",
+                       "num_splits": "i32", "stride_ot": "i32", "stride_oh": "i32"},
+            constexprs={"HEADS": 32, "D": head_size, "D_PAD": triton.next_power_of_2(head_size), "S_PAD": MAX_SPLITS},
+        ))
     return cases

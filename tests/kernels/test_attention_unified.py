@@ -1,0 +1,116 @@
+"""unified_attention: the Triton kernel (interpreter) vs the torch reference and vs the independent
+fp64 formula of tests/ops/test_attention.py, over GQA ratios, head/block sizes, sequence sets that
+cross block boundaries, strided query/out/caches, NaN-poisoned unused cache slots; opcheck and
+torch.compile on the kernel path; the lowering gate of the attention kernels."""
+import pytest
+import torch
+
+from ascendkit.kernels.ascend_gate import run_gate
+from opchecks import compiles, kernel_path, opcheck
+from ops.test_attention import independent_attention, make_paged_batch, paged_keys
+from tolerances import assert_close
+
+OPS = torch.ops.ascend
+# Kernel vs the fp64 formula: the kernel rounds probabilities to the storage dtype for the P·V dot.
+VS_FORMULA = {torch.float32: 1e-5, torch.float16: 5e-3, torch.bfloat16: 3e-2}
+
+
+def strided_cache(cache: torch.Tensor) -> torch.Tensor:
+    """The same values in a cache whose rows are padded (only the last dim is contiguous)."""
+    wide = torch.full((*cache.shape[:-1], cache.shape[-1] + 8), float("nan"), dtype=cache.dtype)
+    wide[..., :cache.shape[-1]] = cache
+    return wide[..., :cache.shape[-1]]
+
+
+def check(q_lens, kv_lens, heads, kv_heads, head_size, block_size, dtype=torch.float32, softcap=0.0, window=0,
+          num_blocks=None, strided=False):
+    query, kc, vc, table, cu, seqused = make_paged_batch(q_lens, kv_lens, heads, kv_heads, head_size, block_size,
+                                                         dtype, num_blocks)
+    out = torch.full_like(query, float("nan"))
+    if strided:  # query and out as column slices of wider rows; caches with padded rows
+        query = torch.cat([query, torch.randn(query.shape[0], 2, head_size).to(dtype)], 1)[:, :heads]
+        out = torch.full((query.shape[0], heads + 3, head_size), float("nan"), dtype=dtype)[:, 1:heads + 1]
+        kc, vc = strided_cache(kc), strided_cache(vc)
+    scale = head_size ** -0.5
+    args = [out, query, kc, vc, table, cu, seqused, max(q_lens), max(kv_lens), scale, softcap, window]
+    with kernel_path("triton"):
+        OPS.unified_attention(*args)
+    expect = torch.empty_like(query)
+    OPS.unified_attention(expect, *args[1:])
+    assert not out.isnan().any()
+    assert_close(out, expect)
+    formula = independent_attention(query, paged_keys(kc, table, kv_lens), paged_keys(vc, table, kv_lens),
+                                     q_lens, kv_lens, scale, softcap, window)
+    tol = VS_FORMULA[dtype]
+    torch.testing.assert_close(out.double(), formula, rtol=tol, atol=tol)
+    return out, cu
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("heads,kv_heads", [(8, 8), (32, 8), (5, 1)])
+def test_gqa_and_dtypes(dtype, heads, kv_heads):
+    # chunked prefill over context, decode, prefill from scratch, an empty (padding) sequence
+    out, cu = check([3, 1, 7, 1], [19, 33, 7, 0], heads, kv_heads, 32, 16, dtype)
+    assert (out[int(cu[3]):int(cu[4])] == 0).all()
+
+
+@pytest.mark.parametrize("head_size,block_size", [(64, 64), (80, 16), (128, 128), (256, 64)])
+def test_head_and_block_sizes(head_size, block_size):
+    check([2, 1, 5], [17, 130, 5], 4, 2, head_size, block_size, torch.float16)
+
+
+def test_lengths_crossing_blocks_decode_only():
+    check([1, 1, 1, 1], [1, 17, 255, 1025], 4, 1, 16, 16)
+
+
+def test_prefill_only():
+    check([17, 64, 1], [17, 64, 1], 4, 2, 16, 64)
+
+
+def test_mixed_batch_with_long_context():
+    # query 1..129 over context 0..1000
+    check([1, 129, 17, 1, 64], [1000, 129, 300, 1, 1064], 5, 1, 16, 64)
+
+
+@pytest.mark.parametrize("softcap,window", [(30.0, 0), (0.0, 5), (5.0, 40)])
+def test_softcap_and_sliding_window(softcap, window):
+    check([3, 1, 9], [19, 70, 9], 8, 2, 32, 16, softcap=softcap, window=window)
+
+
+def test_strided_query_out_and_caches():
+    check([3, 1, 9], [19, 70, 9], 8, 2, 64, 16, torch.bfloat16, strided=True)
+
+
+def test_many_blocks():
+    check([1, 4, 1], [300, 40, 17], 2, 1, 16, 16, num_blocks=32768)
+
+
+def _small_args():
+    query, kc, vc, table, cu, seqused = make_paged_batch([3, 1], [19, 5], 4, 2, 16, 16)
+    return [torch.empty_like(query), query, kc, vc, table, cu, seqused, 3, 19, 0.25, 10.0, 6]
+
+
+def test_opcheck_triton(triton_path):
+    opcheck(OPS.unified_attention.default, _small_args())
+
+
+def test_compile_triton(triton_path):
+    _, query, kc, vc, table, cu, seqused, *_ = _small_args()
+
+    def step(query, kc, vc, table, cu, seqused):
+        out = torch.empty_like(query)
+        OPS.unified_attention(out, query, kc, vc, table, cu, seqused, 3, 19, 0.25, 0.0, 0)
+        return out * 2
+
+    compiles(step, query, kc, vc, table, cu, seqused)
+
+
+@pytest.mark.slow
+def test_lowering_gate():
+    reports = run_gate(["attention_unified", "attention_varlen", "attention_paged"])
+    assert {r.name.split("[")[0] for r in reports} == {
+        "unified_attention", "flash_attention_varlen", "paged_attention", "paged_attention_reduce"}
+    for r in reports:
+        assert r.passed, (r.name, r.hazards)
+        assert r.discrete_sites == 0, r.name  # K/V (and Q/out) move as whole tiles, never row gathers
+        assert r.mix_mode == ("aiv" if r.name.startswith("paged_attention_reduce") else "mix"), r.name
