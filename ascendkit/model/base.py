@@ -78,7 +78,7 @@ class CausalLM(nn.Module):
     def allocate_kv_cache(self, num_blocks: int, block_size: int, dtype: torch.dtype, device: str | torch.device) -> None:
         """(Re-)allocate every layer's paged cache, zero-filled; the old caches are dropped first."""
         layers = self.attention_layers()
-        for attn in layers:
+        for attn in layers:  # release every old cache first so old and new never coexist in memory
             attn.allocate_cache(0, block_size, dtype, device)
         for attn in layers:
             attn.allocate_cache(num_blocks, block_size, dtype, torch.device(device))
