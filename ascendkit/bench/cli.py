@@ -10,7 +10,14 @@ DEFAULT_OUT = Path("bench/out")
 
 
 def _route(module: str):
-    return lambda args: importlib.import_module(f"ascendkit.bench.{module}").main(args)
+    def run(args: argparse.Namespace) -> int:
+        if args.threads:
+            import torch
+
+            torch.set_num_threads(args.threads)
+        return importlib.import_module(f"ascendkit.bench.{module}").main(args)
+
+    return run
 
 
 def add_bench_parser(sub: argparse._SubParsersAction) -> None:
@@ -41,3 +48,4 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     for parser in (kernels, e2e, host):
         parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run for CI, numbers meaningless")
         parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="directory for the JSON (and PNG) results")
+        parser.add_argument("--threads", type=int, help="torch CPU threads (and llama.cpp's); default: torch's choice")

@@ -93,7 +93,7 @@ def run(model: str, num_prompts: int, input_len: int, output_len: int, dtype: st
     llm = LLM(model=model, dtype=DTYPES[dtype], max_num_seqs=num_prompts,
               max_num_batched_tokens=max(num_prompts * input_len, 512))
     params = sum(p.numel() for p in llm.model.parameters())
-    prompts = synthetic_prompts(num_prompts, input_len, llm.config.vocab_size)
+    prompts = synthetic_prompts(num_prompts, input_len, llm.model_config.vocab_size)
     ours = run_ours(llm, prompts, output_len)
     del llm  # free its KV cache before a peer loads its own copy of the model
     results = [ours]

@@ -1,0 +1,139 @@
+"""`ascendkit bench host`: the runtime's CPU cost per decode step, on its own. The model is a
+zero-cost stub (preallocated hidden states and logits), so a step's time is the scheduler, input
+preparation (token/position/slot tensors, block tables, host-to-device copies), the decode
+graph runner's buffer updates, sampling over the real vocabulary, and the engine's bookkeeping
+(KV commit, stop checks). Batches of 1, 32 and 256 sequences, greedy and top-p sampling.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Callable
+
+import torch
+from torch import nn
+
+from ascendkit import platform
+from ascendkit.bench.report import format_table, write_json
+
+QUICK = {"batch_sizes": [1, 4], "steps": 3}
+PROMPT_LEN = 32
+BLOCK_SIZE = 16
+MODES = {"greedy": {"temperature": 0.0}, "top_p": {"temperature": 0.8, "top_p": 0.95}}
+
+
+class StubModel(nn.Module):
+    """Stands in for a CausalLM with the default model's hidden and vocabulary sizes: forward and
+    compute_logits return slices of preallocated tensors, the KV cache is never allocated."""
+
+    def __init__(self, hidden_size: int, vocab_size: int, max_tokens: int, device: torch.device) -> None:
+        super().__init__()
+        self.hidden = torch.zeros(max_tokens, hidden_size, device=device)
+        gen = torch.Generator().manual_seed(0)
+        self.logits = torch.randn(max_tokens, vocab_size, generator=gen).to(device)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn_metadata) -> torch.Tensor:
+        return self.hidden[: input_ids.shape[0]]
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.logits[: hidden.shape[0]]
+
+    def allocate_kv_cache(self, num_blocks: int, block_size: int, dtype: torch.dtype, device) -> None:
+        pass
+
+
+class _Clock:
+    """Accumulates wall time per named stage while `on`."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device, self.on = device, False
+        self.totals: dict[str, float] = defaultdict(float)
+
+    def wrap(self, name: str, fn: Callable) -> Callable:
+        def timed(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                if self.on:
+                    self.totals[name] += time.perf_counter() - start
+
+        return timed
+
+
+def _engine(stub: StubModel, batch: int, max_len: int, device: torch.device):
+    from ascendkit.runtime.config import EngineConfig
+    from ascendkit.runtime.engine import Engine
+
+    blocks = batch * -(-max_len // BLOCK_SIZE)
+    config = EngineConfig(max_model_len=max_len, max_num_seqs=batch, max_num_batched_tokens=max(batch * PROMPT_LEN, 512),
+                          block_size=BLOCK_SIZE, num_kv_blocks=blocks, enable_prefix_caching=True, graph="auto",
+                          device=device, dtype=torch.float32)
+    return Engine(stub, None, set(), config)
+
+
+def measure(stub: StubModel, batch: int, steps: int, mode: str, device: torch.device) -> dict:
+    """Per-step stage times (µs) over `steps` decode steps of `batch` running sequences."""
+    from ascendkit.runtime import SamplingParams
+
+    engine = _engine(stub, batch, PROMPT_LEN + steps + 2, device)
+    clock = _Clock(device)
+    engine.scheduler.schedule = clock.wrap("schedule", engine.scheduler.schedule)
+    engine.runner.prepare = clock.wrap("prepare", engine.runner.prepare)
+    engine.runner.sampler = clock.wrap("sample", engine.runner.sampler)
+    engine.runner.execute = clock.wrap("execute", engine.runner.execute)
+    params = SamplingParams(max_tokens=steps + 2, ignore_eos=True, seed=None, **MODES[mode])
+    gen = torch.Generator().manual_seed(batch)
+    prompts = torch.randint(100, stub.logits.shape[1], (batch, PROMPT_LEN), generator=gen).tolist()
+    seqs = [engine.add(prompt, params) for prompt in prompts]
+    while any(s.metrics.first_token_time is None for s in seqs):
+        engine.step()  # prefill (untimed) until every sequence decodes
+    clock.on = True
+    start = time.perf_counter()
+    for _ in range(steps):
+        engine.step()
+    total = time.perf_counter() - start
+    t = {k: v / steps * 1e6 for k, v in clock.totals.items()}
+    stages = {
+        "schedule_us": t["schedule"],
+        "prepare_us": t["prepare"],
+        "model_stub_us": t["execute"] - t["prepare"] - t["sample"],  # stub calls + graph-runner buffer updates
+        "sample_us": t["sample"],
+        "bookkeeping_us": total / steps * 1e6 - t["schedule"] - t["execute"],
+    }
+    return {"batch": batch, "mode": mode, "steps": steps, "step_us": total / steps * 1e6,
+            "per_token_us": total / steps / batch * 1e6, "steps_per_s": steps / total, **stages}
+
+
+def run(batch_sizes: list[int], steps: int, out_dir: Path) -> dict:
+    from ascendkit.model import default_model_path
+    from ascendkit.model.gguf_loader import GGUFFile
+
+    config = GGUFFile(default_model_path()).config()
+    device = platform.default_device()
+    rows = []
+    for batch in batch_sizes:
+        stub = StubModel(config.hidden_size, config.vocab_size, max(batch * PROMPT_LEN, 512), device)
+        rows += [measure(stub, batch, steps, mode, device) for mode in MODES]
+    payload = {"benchmark": "host", "stub": {"hidden_size": config.hidden_size, "vocab_size": config.vocab_size},
+               "prompt_len": PROMPT_LEN, "rows": rows}
+    return write_json(out_dir / "host.json", payload)
+
+
+def table(record: dict) -> str:
+    headers = ["batch", "sampling", "step us", "per token us", "schedule", "prepare", "model stub", "sample", "bookkeeping"]
+    body = [[r["batch"], r["mode"], r["step_us"], r["per_token_us"], r["schedule_us"], r["prepare_us"],
+             r["model_stub_us"], r["sample_us"], r["bookkeeping_us"]] for r in record["rows"]]
+    stub = record["stub"]
+    return (f"host overhead per decode step on {record['context']['device']} (model stubbed: hidden "
+            f"{stub['hidden_size']}, vocab {stub['vocab_size']}; stage times in us per step)\n" + format_table(headers, body))
+
+
+def main(args: argparse.Namespace) -> int:
+    sizes = QUICK if args.quick else {"batch_sizes": args.batch_sizes, "steps": args.steps}
+    record = run(out_dir=args.out, **sizes)
+    print(table(record))
+    print(f"wrote {args.out / 'host.json'}")
+    return 0

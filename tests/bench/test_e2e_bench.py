@@ -1,0 +1,43 @@
+"""`ascendkit bench e2e --quick --compare hf --compare llama.cpp` runs in one command on CPU and
+prints the throughput table with the ratios. Timings are never asserted."""
+import json
+
+import pytest
+
+from ascendkit.bench.e2e import agreement, percentiles, synthetic_prompts
+from ascendkit.cli import main
+
+pytestmark = pytest.mark.xdist_group("e2e_bench")  # loads the model twice (ours, HF): keep to one worker
+
+
+@pytest.mark.slow
+def test_e2e_quick_against_hf_prints_ratios(tmp_path, capsys):
+    assert main(["bench", "e2e", "--quick", "--compare", "hf", "--compare", "llama.cpp", "--out", str(tmp_path)]) == 0
+    record = json.loads((tmp_path / "e2e.json").read_text())
+    engines = [row["engine"] for row in record["rows"]]
+    assert engines[:2] == ["ascendkit", "hf"]
+    # llama.cpp runs when the optional xllamacpp wheel is installed, and is reported as skipped otherwise.
+    assert ("llama.cpp" in engines) != ("llama.cpp" in record["skipped"])
+    for row in record["rows"]:
+        assert {"output_tok_s", "total_tok_s", "ttft_ms", "tpot_ms", "ours_over_this", "wall_s"} <= set(row)
+        assert set(row["ttft_ms"]) == set(row["tpot_ms"]) == {"p50", "p90", "p99"}
+        assert row["output_tokens"] == record["num_prompts"] * record["output_len"]  # EOS ignored
+    assert record["rows"][0]["ours_over_this"] == 1.0
+    assert record["rows"][1]["token_agreement_with_ours"] is not None
+    roof = record["roof"]
+    assert roof["params"] > 100e6 and roof["gemm_gflops"] > 0 and roof["roof_tok_s"] > 0
+    out = capsys.readouterr().out
+    assert "ours / this" in out and "compute roof" in out
+
+
+def test_prompts_are_deterministic_plain_tokens():
+    a, b = synthetic_prompts(3, 5, 1000), synthetic_prompts(3, 5, 1000)
+    assert a == b and len(a) == 3 and all(len(p) == 5 and all(100 <= t < 1000 for t in p) for p in a)
+
+
+def test_percentiles_and_agreement():
+    assert percentiles([2.0]) == {"p50": 2.0, "p90": 2.0, "p99": 2.0}
+    values = [float(v) for v in range(1, 102)]  # 1..101: p50 = 51, p90 = 91, p99 = 100
+    assert percentiles(values) == pytest.approx({"p50": 51.0, "p90": 91.0, "p99": 100.0})
+    assert agreement([[1, 2, 3], [4, 5]], [[1, 2, 0], [4, 6]]) == pytest.approx(3 / 5)
+    assert agreement([[1]], None) is None
