@@ -135,12 +135,9 @@ def w8a8_linear(input: torch.Tensor, weight: torch.Tensor, weight_scale: torch.T
                 bias: torch.Tensor | None) -> torch.Tensor:
     x = input.reshape(-1, input.shape[-1])
     out = torch.empty((x.shape[0], weight.shape[0]), dtype=input.dtype, device=input.device)
-    if x.shape[1] == 0:  # empty K: the product is 0, only the bias remains
-        out.copy_(bias.expand_as(out) if bias is not None else torch.zeros_like(out))
-    else:
-        a_mode = A_DYNAMIC if input_scale is None else A_STATIC
-        a_scale = input_scale if input_scale is not None else weight_scale  # unused by A_DYNAMIC
-        _launch(out, x, weight.t(), a_scale, weight_scale, bias, a_mode)
+    a_mode = A_DYNAMIC if input_scale is None else A_STATIC
+    a_scale = input_scale if input_scale is not None else weight_scale  # unused by A_DYNAMIC
+    _launch(out, x, weight.t(), a_scale, weight_scale, bias, a_mode)
     return out.view(*input.shape[:-1], weight.shape[0])
 
 

@@ -23,7 +23,13 @@ def _check_rows(out: torch.Tensor, input: torch.Tensor) -> int:
     check_shape("out", out, input.shape, "same as input")
     check_rows_viewable("input", input)
     check_rows_viewable("out", out)
-    return input.numel() // input.shape[-1] if input.shape[-1] else 0
+    _check_nonempty_rows(input)
+    return input.numel() // input.shape[-1]
+
+
+def _check_nonempty_rows(input: torch.Tensor) -> None:
+    if input.shape[-1] == 0:
+        raise ValueError(f"input: last dim (the quantized row) must not be empty, got shape {tuple(input.shape)}")
 
 
 def _validate_static(out: torch.Tensor, input: torch.Tensor, scale: torch.Tensor, azp: torch.Tensor | None) -> None:
@@ -79,6 +85,7 @@ def _validate_w8a8_linear(input: torch.Tensor, weight: torch.Tensor, weight_scal
                           input_scale: torch.Tensor | None, bias: torch.Tensor | None) -> None:
     check_tensor("input", input, dtypes=FLOAT_DTYPES, ndim=(2, 3))
     check_rows_viewable("input", input)
+    _check_nonempty_rows(input)
     check_tensor("weight", weight, dtypes=INT8, ndim=2)
     check_same_device(input=input, weight=weight, weight_scale=weight_scale, input_scale=input_scale, bias=bias)
     n, k = weight.shape

@@ -172,6 +172,7 @@ def test_bad_inputs():
     raises_naming(ValueError, "scale", OPS.static_scaled_int8_quant, out, x, torch.ones(2), None)
     raises_naming(TypeError, "azp", OPS.static_scaled_int8_quant, out, x, s, torch.ones(1))
     raises_naming(ValueError, "scale", OPS.static_scaled_int8_quant, out, x, s.to("meta"), None)
+    raises_naming(ValueError, "input", OPS.dynamic_scaled_int8_quant, torch.empty(4, 0, dtype=I8), torch.randn(4, 0), torch.empty(4, 1), None)
     raises_naming(ValueError, "scales", OPS.dynamic_scaled_int8_quant, out, x, torch.empty(3, 1), None)
     raises_naming(TypeError, "scales", OPS.dynamic_scaled_int8_quant, out, x, torch.empty(4, 1).half(), None)
     raises_naming(ValueError, "azp", OPS.dynamic_scaled_int8_quant, out, x, torch.empty(4, 1), torch.empty(5, dtype=torch.int32))
@@ -198,6 +199,7 @@ def test_bad_inputs():
     raises_naming(ValueError, "weight", OPS.w8a8_linear, x, torch.randint(-128, 128, (64, 8), dtype=I8).t(), b_s, None, None)
     raises_naming(ValueError, "weight", OPS.w8a8_linear, x, w.to("meta"), b_s, None, None)
     raises_naming(TypeError, "input", OPS.w8a8_linear, x.long(), w, b_s, None, None)
+    raises_naming(ValueError, "input", OPS.w8a8_linear, torch.randn(4, 0), torch.ones(8, 0, dtype=I8), b_s, None, None)
 
 
 @pytest.mark.parametrize("path", ["reference", "triton"])
