@@ -1,0 +1,101 @@
+"""paged_attention (decode): the Triton kernels (interpreter) vs the torch reference and the
+independent fp64 formula; split-KV forced on and off gives the same result; GQA ratios, head and
+block sizes, long contexts crossing block boundaries, NaN-poisoned unused slots, many blocks."""
+import pytest
+import torch
+
+from ascendkit.kernels import attention_paged
+from opchecks import compiles, kernel_path, opcheck
+from ops.test_attention import independent_attention, make_paged_batch, paged_keys
+from tolerances import assert_close
+
+OPS = torch.ops.ascend
+VS_FORMULA = {torch.float32: 1e-5, torch.float16: 5e-3, torch.bfloat16: 3e-2}
+
+
+def check(kv_lens, heads, kv_heads, head_size, block_size, dtype=torch.float32, softcap=0.0, window=0,
+          splits=(1, 4), num_blocks=None):
+    batch = len(kv_lens)
+    query, kc, vc, table, _, seq_lens = make_paged_batch([1] * batch, kv_lens, heads, kv_heads, head_size, block_size,
+                                                         dtype, num_blocks)
+    scale = head_size ** -0.5
+    expect = torch.empty_like(query)
+    OPS.paged_attention(expect, query, kc, vc, table, seq_lens, scale, softcap, window)
+    formula = independent_attention(query, paged_keys(kc, table, kv_lens), paged_keys(vc, table, kv_lens),
+                                    [1] * batch, kv_lens, scale, softcap, window)
+    results = []
+    for num_splits in splits:
+        out = torch.full_like(query, float("nan"))
+        attention_paged.paged_attention(out, query, kc, vc, table, seq_lens, scale, softcap, window, num_splits)
+        assert not out.isnan().any(), num_splits
+        assert_close(out, expect)
+        torch.testing.assert_close(out.double(), formula, rtol=VS_FORMULA[dtype], atol=VS_FORMULA[dtype])
+        results.append(out)
+    for other in results[1:]:  # split and unsplit differ only in fp32 summation order
+        assert_close(other, results[0])
+    return results[0]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("heads,kv_heads", [(8, 8), (32, 8), (5, 1)])
+def test_gqa_and_dtypes(dtype, heads, kv_heads):
+    out = check([1, 17, 40, 0], heads, kv_heads, 32, 16, dtype)
+    assert (out[3] == 0).all()  # seq_len 0 (a padded graph row) gives 0, not NaN
+
+
+@pytest.mark.parametrize("head_size,block_size", [(64, 64), (80, 16), (128, 128), (256, 64)])
+def test_head_and_block_sizes(head_size, block_size):
+    check([5, 130, 300], 4, 2, head_size, block_size, torch.float16, splits=(1, 3))
+
+
+def test_lengths_crossing_blocks_split_kv():
+    check([1, 17, 255, 1025], 4, 1, 16, 16, splits=(1, 2, 7, 16))
+
+
+@pytest.mark.parametrize("softcap,window", [(30.0, 0), (0.0, 100), (5.0, 7)])
+def test_softcap_and_sliding_window(softcap, window):
+    check([3, 200, 1025], 8, 2, 32, 64, softcap=softcap, window=window, splits=(1, 5))
+
+
+def test_many_blocks():
+    check([300, 17, 1], 2, 1, 16, 16, num_blocks=32768)
+
+
+def test_split_heuristic():
+    cpu = torch.device("cpu")
+    # Few (sequence, KV head) items and a long table: split; a full batch or short table: don't.
+    assert attention_paged.choose_splits(cpu, 1, 1, 4096) > 1
+    assert attention_paged.choose_splits(cpu, 64, 8, 4096) == 1
+    assert attention_paged.choose_splits(cpu, 1, 1, 256) == 1
+
+
+def test_default_launch_splits_and_matches(triton_path):
+    # The op picks splits itself for a small batch over a long table (4 interpreter "cores").
+    query, kc, vc, table, _, seq_lens = make_paged_batch([1], [1000], 4, 1, 16, 64)
+    assert attention_paged.choose_splits(query.device, 1, 1, table.shape[1] * 64) > 1
+    out = torch.empty_like(query)
+    OPS.paged_attention(out, query, kc, vc, table, seq_lens, 0.25, 0.0, 0)
+    with kernel_path("reference"):
+        expect = torch.empty_like(query)
+        OPS.paged_attention(expect, query, kc, vc, table, seq_lens, 0.25, 0.0, 0)
+    assert_close(out, expect)
+
+
+def _small_args():
+    query, kc, vc, table, _, seq_lens = make_paged_batch([1, 1], [19, 5], 4, 2, 16, 16)
+    return [torch.empty_like(query), query, kc, vc, table, seq_lens, 0.25, 10.0, 6]
+
+
+def test_opcheck_triton(triton_path):
+    opcheck(OPS.paged_attention.default, _small_args())
+
+
+def test_compile_triton(triton_path):
+    _, query, kc, vc, table, seq_lens, *_ = _small_args()
+
+    def step(query, kc, vc, table, seq_lens):
+        out = torch.empty_like(query)
+        OPS.paged_attention(out, query, kc, vc, table, seq_lens, 0.25, 0.0, 0)
+        return out + 1
+
+    compiles(step, query, kc, vc, table, seq_lens)
