@@ -11,12 +11,13 @@ import ascendkit.kernels.mla as mla_kernels
 OPS = torch.ops.ascend
 
 # decode; chunked prefill over cached context; lengths crossing block boundaries; an empty sequence;
-# a long decode context (split-KV under the interpreter's 4 "cores").
+# a long decode context (split-KV under the interpreter's 4 "cores"); a sequence with no new token.
 CASES = {
     "decode": ([1, 1, 1], [1, 17, 40]),
     "mixed": ([3, 1, 5, 1], [19, 33, 5, 0]),
     "prefill": ([7], [7]),
     "long": ([1, 1], [300, 129]),
+    "chunk_beside_decodes": ([9, 1, 0, 1], [20, 5, 3, 0]),
 }
 
 

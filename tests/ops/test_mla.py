@@ -52,10 +52,12 @@ def cos_diff(x, y):
     return (1 - 2 * (x * y).sum() / (x * x + y * y).sum()).item()
 
 
-CASES = [  # q_lens, kv_lens: decode, chunked prefill with context, prefill from scratch, empty seq
+CASES = [  # q_lens, kv_lens: decode, chunked prefill with context, prefill from scratch, empty seq,
+    # and a long chunk beside decodes (the reference's per-sequence branch)
     ([1, 1, 1], [1, 17, 40]),
     ([3, 1, 5, 1], [19, 33, 5, 0]),
     ([7], [7]),
+    ([9, 1, 0, 1], [20, 5, 3, 0]),
 ]
 
 

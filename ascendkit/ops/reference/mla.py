@@ -1,46 +1,61 @@
 """Reference: absorbed MLA attention over the paged latent cache.
 
-Vectorised over the batch: the visible cache rows of every sequence are gathered into a padded
-[B, max_seqlen_k, L+R] tensor and the new tokens into [B, max_seqlen_q, H, L+R]; one masked
-softmax in fp32 covers all sequences. Memory is B·H·max_seqlen_q·max_seqlen_k fp32 scores.
+Vectorised: the new tokens are laid out as [B, max_seqlen_q, H, L+R] and each sequence's visible
+cache rows gathered into [B, max_seqlen_k, L+R]; one masked fp32 softmax covers the batch. When
+that padding would more than double the work (a long prefill chunk beside decodes), it runs per
+sequence instead, each padded only to its own length.
 """
 from __future__ import annotations
 
 import torch
 
 
+def _gather_kv(kv_cache: torch.Tensor, block_table: torch.Tensor, kv_len: torch.Tensor, max_k: int) -> torch.Tensor:
+    """[B, max_k, L+R] fp32 cache rows of each sequence; rows at or past kv_len are 0."""
+    block_size = kv_cache.shape[1]
+    blocks = min(-(-max_k // block_size), block_table.shape[1])
+    # Padding entries of the block table are -1: clamp them to block 0; their rows are zeroed below.
+    ids = block_table[:, :blocks].long().clamp(min=0)
+    kv = kv_cache[ids].reshape(ids.shape[0], blocks * block_size, -1)[:, :max_k].float()
+    beyond = torch.arange(max_k, device=kv.device)[None, :] >= kv_len[:, None]
+    return kv.masked_fill(beyond[..., None], 0.0)  # unused slots may hold NaN
+
+
+def _attend(q: torch.Tensor, kv: torch.Tensor, q_len: torch.Tensor, kv_len: torch.Tensor, lora: int,
+            scale: float) -> torch.Tensor:
+    """q [B, Q, H, L+R] and kv [B, K, L+R] fp32 -> [B, Q, H, L]; new token i of a sequence sits at
+    position kv_len - q_len + i (bottom-right causal)."""
+    scores = torch.einsum("bqhd,bkd->bhqk", q, kv) * scale
+    q_pos = torch.arange(q.shape[1], device=q.device)
+    last_visible = (kv_len - q_len)[:, None] + q_pos[None, :]  # [B, Q]
+    visible = torch.arange(kv.shape[1], device=q.device)[None, None, :] <= last_visible[..., None]  # implies < kv_len
+    scores = scores.masked_fill(~visible[:, None], float("-inf"))
+    probs = torch.softmax(scores, dim=-1).nan_to_num_(0.0)  # rows with no visible key -> 0
+    return torch.einsum("bhqk,bkl->bqhl", probs, kv[..., :lora])
+
+
 def mla_attention(out: torch.Tensor, query: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor,
                   cu_seqlens_q: torch.Tensor, seqused_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
                   kv_lora_rank: int, scale: float) -> None:
     num_tokens, batch = query.shape[0], seqused_k.shape[0]
-    if num_tokens == 0:
+    out.zero_()
+    if num_tokens == 0 or batch == 0 or max_seqlen_q == 0 or max_seqlen_k == 0:
         return
-    if batch == 0 or max_seqlen_q == 0 or max_seqlen_k == 0:
-        out.zero_()
-        return
-    device = query.device
-    block_size = kv_cache.shape[1]
-    blocks = min(-(-max_seqlen_k // block_size), block_table.shape[1])
-    # Padding entries of the block table are -1: clamp them to block 0 and mask the rows below.
-    ids = block_table[:, :blocks].long().clamp(min=0)
-    kv = kv_cache[ids].reshape(batch, blocks * block_size, -1)[:, :max_seqlen_k].float()
     kv_len = seqused_k.long()
-    key_pos = torch.arange(max_seqlen_k, device=device)
-    kv = kv.masked_fill((key_pos[None, :] >= kv_len[:, None])[..., None], 0.0)  # unused slots may hold NaN
-
     starts = cu_seqlens_q[:-1].long()
     q_len = cu_seqlens_q[1:].long() - starts
-    q_pos = torch.arange(max_seqlen_q, device=device)
-    q_valid = q_pos[None, :] < q_len[:, None]  # [B, Q]
-    rows = (starts[:, None] + q_pos[None, :]).clamp(max=num_tokens - 1)
-    q = query[rows].float()  # [B, Q, H, D]
-
-    scores = torch.einsum("bqhd,bkd->bhqk", q, kv) * scale
-    # Bottom-right causal: new token i of a sequence is at position kv_len - q_len + i.
-    last_visible = (kv_len - q_len)[:, None] + q_pos[None, :]  # [B, Q]
-    visible = key_pos[None, None, :] <= last_visible[..., None]  # [B, Q, K]; also implies < kv_len
-    scores = scores.masked_fill(~visible[:, None], float("-inf"))
-    probs = torch.softmax(scores, dim=-1).nan_to_num_(0.0)  # rows with no visible key -> 0
-    o = torch.einsum("bhqk,bkl->bqhl", probs, kv[..., :kv_lora_rank])  # [B, Q, H, L]
-    out.zero_()
-    out[rows[q_valid]] = o[q_valid].to(out.dtype)
+    if batch * max_seqlen_q <= 2 * num_tokens:
+        q_pos = torch.arange(max_seqlen_q, device=query.device)
+        valid = q_pos[None, :] < q_len[:, None]  # [B, Q]
+        rows = (starts[:, None] + q_pos[None, :]).clamp(max=num_tokens - 1)
+        kv = _gather_kv(kv_cache, block_table, kv_len, max_seqlen_k)
+        o = _attend(query[rows].float(), kv, q_len, kv_len, kv_lora_rank, scale)
+        out[rows[valid]] = o[valid].to(out.dtype)
+        return
+    bounds, kv_lens = cu_seqlens_q.tolist(), seqused_k.tolist()  # host values: this path is CPU only
+    for b in range(batch):
+        s, e = bounds[b], bounds[b + 1]
+        if e > s and kv_lens[b] > 0:
+            kv = _gather_kv(kv_cache, block_table[b:b + 1], kv_len[b:b + 1], kv_lens[b])
+            o = _attend(query[s:e].float()[None], kv, q_len[b:b + 1], kv_len[b:b + 1], kv_lora_rank, scale)
+            out[s:e] = o[0].to(out.dtype)
