@@ -43,8 +43,10 @@ class MLAttention(nn.Module):
         self.o_proj = Linear(num_heads * v_head_dim, hidden_size, bias=attention_bias)
         self.rotary = rotary
         self.kv_cache: torch.Tensor | None = None  # [num_blocks, block_size, kv_lora_rank + rope dim]
-        self.w_uk: torch.Tensor | None = None  # [H, nope, L], derived from kv_b_proj by absorb_weights()
-        self.w_uv: torch.Tensor | None = None  # [H, v, L]
+        # Derived from kv_b_proj by absorb_weights(): W_UK [H, nope, L], W_UV [H, v, L]. Buffers, so
+        # .to(device) moves them; not persistent, so checkpoints keep only kv_b_proj.
+        self.register_buffer("w_uk", None, persistent=False)
+        self.register_buffer("w_uv", None, persistent=False)
 
     def absorb_weights(self) -> None:
         """Split kv_b_proj's (dequantized) weight into W_UK / W_UV; call after loading or quantizing."""
