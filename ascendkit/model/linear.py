@@ -12,7 +12,6 @@ import torch.nn.functional as F
 from torch import nn
 
 
-
 class Linear(nn.Module):
     def __init__(self, in_features: int, out_features: int | list[int], bias: bool = False,
                  shard_names: list[str] | None = None) -> None:
@@ -25,8 +24,8 @@ class Linear(nn.Module):
         self.shard_sizes = sizes
         self.weight = nn.Parameter(torch.empty(self.out_features, in_features), requires_grad=False)
         self.bias = nn.Parameter(torch.empty(self.out_features), requires_grad=False) if bias else None
-        self.weight_scale: torch.Tensor | None = None
-        self.input_scale: torch.Tensor | None = None
+        self.register_parameter("weight_scale", None)  # set by to_w8a8_shell
+        self.register_parameter("input_scale", None)
 
     @property
     def quantized(self) -> bool:
