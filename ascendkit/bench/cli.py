@@ -42,7 +42,7 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
 
     host = which.add_parser("host", help="scheduler + input preparation + sampling per decode step, model stubbed out")
     host.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 32, 256])
-    host.add_argument("--steps", type=int, default=50, help="decode steps timed per batch size")
+    host.add_argument("--steps", type=int, default=20, help="decode steps timed per batch size")
     host.set_defaults(func=_route("host_overhead"))
 
     for parser in (kernels, e2e, host):
