@@ -71,7 +71,10 @@ class Tokenizer:
             raise ValueError(f"{source}: GGUF tokenizer model {kind!r} is not supported (only byte-level BPE 'gpt2')")
         tokens = list(metadata["tokenizer.ggml.tokens"])
         merges = [tuple(m.split(" ", 1)) for m in metadata["tokenizer.ggml.merges"]]
-        backend = _Backend(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges, fuse_unk=False))
+        try:
+            backend = _Backend(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges, fuse_unk=False))
+        except Exception as exc:  # tokenizers raises a bare Exception on an inconsistent vocab/merges
+            raise ValueError(f"{source}: tokenizer metadata is inconsistent ({exc})") from exc
         backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         backend.decoder = decoders.ByteLevel()
         types = metadata.get("tokenizer.ggml.token_type") or []
