@@ -1,11 +1,15 @@
 """int8 GEMM with scaled epilogue (scaled_mm) and the fused W8A8 linear (w8a8_linear).
 
 One mix kernel, persistent over [BLOCK_M, BLOCK_N] output tiles: int8 x int8 tl.dot accumulating
-in int32, then out = (acc * a_scale) * b_scale + bias in fp32. For w8a8_linear the activation
-quantization runs in the prologue of the same kernel (A_MODE): a float tile is loaded, divided by
-its scale, rounded half to even and saturated to int8 on chip, so no int8 copy of the
-activations goes through memory. Dynamic per-token scales need each row's max|x| first: a
-prologue pass over K computes it for the tile's rows (re-read once per N tile).
+in int32, then out = (acc * a_scale) * b_scale + bias in fp32.
+
+w8a8_linear at up to FUSED_MAX_M tokens (decode, small batches) quantizes the activations in the
+prologue of the same kernel (A_MODE): a float tile is loaded, divided by its scale, rounded half to
+even and saturated to int8 on chip: one launch, no int8 copy of the activations in memory.
+Dynamic per-token scales need each row's max|x| first: a prologue pass over K computes it for the
+tile's rows. Both prologue passes are redone for every N tile, which is cheap while A is a few
+rows (its re-reads hit L2) but is N / BLOCK_N times the quantization work for long prefills, so
+larger M quantizes once with the vector kernel of quant.py and runs the int8 GEMM.
 """
 from __future__ import annotations
 
@@ -15,11 +19,13 @@ import triton.language as tl
 
 from ascendkit.kernels._int8 import quantize_int8
 from ascendkit.kernels._reduce import fast_max
+from ascendkit.kernels.quant import dynamic_scaled_int8_quant, static_scaled_int8_quant
 from ascendkit.kernels.ascend_gate import LoweringCase, lowering_cases
 from ascendkit.kernels.shape_grid import DTYPES
 from ascendkit.platform import grid_size
 
 A_INT8, A_STATIC, A_DYNAMIC = 0, 1, 2  # a is int8 / float with one scale / float, per-row scale
+FUSED_MAX_M = 64  # one M tile: every fused program shares the same few activation rows
 
 
 @triton.jit
@@ -135,9 +141,19 @@ def w8a8_linear(input: torch.Tensor, weight: torch.Tensor, weight_scale: torch.T
                 bias: torch.Tensor | None) -> torch.Tensor:
     x = input.reshape(-1, input.shape[-1])
     out = torch.empty((x.shape[0], weight.shape[0]), dtype=input.dtype, device=input.device)
-    a_mode = A_DYNAMIC if input_scale is None else A_STATIC
-    a_scale = input_scale if input_scale is not None else weight_scale  # unused by A_DYNAMIC
-    _launch(out, x, weight.t(), a_scale, weight_scale, bias, a_mode)
+    if x.shape[0] <= FUSED_MAX_M:
+        a_mode = A_DYNAMIC if input_scale is None else A_STATIC
+        a_scale = input_scale if input_scale is not None else weight_scale  # unused by A_DYNAMIC
+        _launch(out, x, weight.t(), a_scale, weight_scale, bias, a_mode)
+    else:
+        q = torch.empty(x.shape, dtype=torch.int8, device=x.device)
+        if input_scale is None:
+            a_scale = torch.empty((x.shape[0], 1), dtype=torch.float32, device=x.device)
+            dynamic_scaled_int8_quant(q, x, a_scale, None)
+        else:
+            a_scale = input_scale
+            static_scaled_int8_quant(q, x, input_scale, None)
+        _launch(out, q, weight.t(), a_scale, weight_scale, bias, A_INT8)
     return out.view(*input.shape[:-1], weight.shape[0])
 
 

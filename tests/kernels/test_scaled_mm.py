@@ -16,7 +16,7 @@ def _int8(*shape):
     return torch.randint(-128, 128, shape, dtype=I8)
 
 
-# The issue's shapes; the largest takes ~6 s (scaled_mm) and ~18 s (w8a8_linear) in the interpreter.
+# The issue's shapes; the largest takes ~6-10 s per test in the interpreter.
 GEMM_SHAPES = [(1, 256, 128, torch.float16), (33, 256, 496, torch.bfloat16), (64, 971, 1024, torch.float32),
                pytest.param(512, 2048, 1024, torch.float16, marks=pytest.mark.slow)]
 
@@ -59,9 +59,9 @@ def test_scaled_mm_m_range(m):
     run_both(OPS.scaled_mm, [torch.empty(m, 40, dtype=torch.bfloat16), a, w.t(), torch.rand(m, 1), torch.rand(40), None], mutated=[0])
 
 
-# (512, 2048, 1024) takes ~40 s here: the fused kernel is run at the first three issue shapes plus
-# a smaller multi-M-tile shape; tests/ops/test_quant.py checks the 512 shape on the reference path.
-@pytest.mark.parametrize("m,k,n,dtype", [*GEMM_SHAPES[:3], (200, 300, 130, torch.float16)])
+# M <= 64 runs the fused kernel (the first three issue shapes), larger M quantizes first and then
+# runs the int8 GEMM (200 and 512 rows).
+@pytest.mark.parametrize("m,k,n,dtype", [*GEMM_SHAPES, (200, 300, 130, torch.float16)])
 @pytest.mark.parametrize("static", [False, True])
 def test_w8a8_linear(m, k, n, dtype, static):
     x = torch.randn(m, k, dtype=dtype)
