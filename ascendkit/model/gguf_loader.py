@@ -3,7 +3,8 @@
 Tensors are dequantized one at a time with the gguf package. llama.cpp's converter permutes the
 rows of attn_q / attn_k so that rope rotates interleaved pairs; HF (and our neox rope) rotate
 halves, so those rows are permuted back. attn_v is not permuted. A file without `output.weight`
-ties the LM head to token_embd.
+ties the LM head to token_embd. Rope scaling comes from llama.rope.scaling.* (linear, yarn);
+files with a rope_freqs tensor (Llama 3.1 per-frequency factors) are refused.
 """
 from __future__ import annotations
 
@@ -28,7 +29,6 @@ _LAYER_NAMES = {
     "ffn_down": "mlp.down_proj",
 }
 _GLOBAL_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
-_SKIPPED = {"rope_freqs"}  # llama3 rope factors: the config's rope scaling rebuilds them
 
 
 class GGUFFile:
@@ -56,6 +56,10 @@ class GGUFFile:
         m, p = self.metadata, "llama."
         heads = m[p + "attention.head_count"]
         names = {t.name for t in self.reader.tensors}
+        if "rope_freqs.weight" in names:
+            # Llama 3.1-style per-frequency rope factors: the cos/sin builder takes HF rope
+            # parameters, which this tensor does not carry; refuse rather than rotate wrongly.
+            raise ValueError(f"{self.path}: tensor 'rope_freqs.weight' (per-frequency rope factors) is not supported")
         raw = {
             "architectures": ["LlamaForCausalLM"],
             "vocab_size": m.get(p + "vocab_size") or len(m["tokenizer.ggml.tokens"]),
@@ -68,6 +72,7 @@ class GGUFFile:
             "max_position_embeddings": m.get(p + "context_length", 2048),
             "rms_norm_eps": float(m.get(p + "attention.layer_norm_rms_epsilon", 1e-5)),
             "rope_theta": float(m.get(p + "rope.freq_base", 10000.0)),
+            "rope_scaling": _rope_scaling(m, p),
             "tie_word_embeddings": "output.weight" not in names,
             "bos_token_id": m.get("tokenizer.ggml.bos_token_id"),
             "eos_token_id": m.get("tokenizer.ggml.eos_token_id"),
@@ -81,8 +86,6 @@ class GGUFFile:
         cfg = self.config()
         for t in self.reader.tensors:
             name = _hf_name(t.name)
-            if name is None:
-                continue
             try:
                 array = gguf.quants.dequantize(t.data, t.tensor_type)
             except Exception as exc:
@@ -97,15 +100,24 @@ class GGUFFile:
             yield self.path, name, torch.tensor(array, dtype=dtype)  # copies out of the read-only memmap
 
 
-def _hf_name(gguf_name: str) -> str | None:
+def _rope_scaling(m: dict[str, Any], p: str) -> dict | None:
+    """llama.rope.scaling.* metadata as an HF rope-scaling dict (linear / yarn), None if absent."""
+    kind = m.get(p + "rope.scaling.type", "none")
+    if kind == "none":
+        return None
+    scaling = {"rope_type": kind, "factor": float(m[p + "rope.scaling.factor"])}
+    if p + "rope.scaling.original_context_length" in m:
+        scaling["original_max_position_embeddings"] = m[p + "rope.scaling.original_context_length"]
+    return scaling
+
+
+def _hf_name(gguf_name: str) -> str:
     base, _, param = gguf_name.rpartition(".")
     match = re.fullmatch(r"blk\.(\d+)\.(\w+)", base)
     if match and match.group(2) in _LAYER_NAMES:
         return f"model.layers.{match.group(1)}.{_LAYER_NAMES[match.group(2)]}.{param}"
     if base in _GLOBAL_NAMES:
         return f"{_GLOBAL_NAMES[base]}.{param}"
-    if base in _SKIPPED:
-        return None
     return gguf_name  # unknown: the weight loader reports it as unexpected
 
 

@@ -107,3 +107,12 @@ def test_inconsistent_tokenizer_metadata_names_the_file(tiny_gguf):
     path, _ = tiny_gguf
     with pytest.raises(ValueError, match=r"bad_merges\.gguf: tokenizer metadata is inconsistent"):
         load_model(str(path.parent / "bad_merges.gguf"))
+
+
+def test_rope_scaling_metadata():
+    from ascendkit.model.gguf_loader import _rope_scaling
+
+    meta = {"llama.rope.scaling.type": "yarn", "llama.rope.scaling.factor": 4.0,
+            "llama.rope.scaling.original_context_length": 4096}
+    assert _rope_scaling(meta, "llama.") == {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}
+    assert _rope_scaling({"llama.rope.scaling.type": "none"}, "llama.") is None
