@@ -15,36 +15,42 @@ itself and the w - 1 keys before it). A query with no visible key gets 0.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_len: torch.Tensor, kv_len: torch.Tensor,
             scale: float, softcap: float, window: int, causal: bool) -> torch.Tensor:
-    """q [B, Q, H, D], k/v [B, S, KVH, D] (rows >= kv_len may hold anything), lengths [B] ->
-    [B, Q, H, D] fp32."""
+    """q [B, Q, H, D], k/v [B, S, KVH, D] freshly gathered (overwritten here; rows >= kv_len may
+    hold anything), lengths [B] -> [B, Q, H, D] fp32."""
     batch, num_q, heads, dim = q.shape
     num_k, kv_heads = k.shape[1], k.shape[2]
     key_pos = torch.arange(num_k, device=q.device)
     key_ok = key_pos[None, :] < kv_len[:, None]  # [B, S]
-    # Unused cache slots may hold NaN: zero them so 0-probability rows contribute exactly 0.
-    k = k.float().masked_fill(~key_ok[..., None, None], 0.0)
-    v = v.float().masked_fill(~key_ok[..., None, None], 0.0)
-    qf = q.float().view(batch, num_q, kv_heads, heads // kv_heads, dim)
-    scores = torch.einsum("bqkgd,bskd->bkgqs", qf, k) * scale
-    if softcap > 0:
-        scores = softcap * torch.tanh(scores / softcap)
+    # Unused cache slots may hold NaN/inf (uninitialised memory): zero them so that masked keys
+    # contribute exactly 0 (a 0 probability times NaN would still be NaN).
+    k = k.float().masked_fill_(~key_ok[..., None, None], 0.0)
+    v = v.float().masked_fill_(~key_ok[..., None, None], 0.0)
     q_pos = (kv_len - q_len)[:, None] + torch.arange(num_q, device=q.device)[None, :]  # [B, Q]
     visible = key_ok[:, None, :].expand(batch, num_q, num_k)
     if causal:
         visible = visible & (key_pos[None, None, :] <= q_pos[..., None])
     if window > 0:
         visible = visible & (key_pos[None, None, :] > q_pos[..., None] - window)
-    scores = scores.masked_fill(~visible[:, None, None], float("-inf"))
+    if softcap <= 0:
+        # torch's fused CPU attention (GQA-aware): no [B, H, Q, S] probabilities materialised.
+        o = F.scaled_dot_product_attention(q.float().transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                           attn_mask=visible[:, None], scale=scale, enable_gqa=True)
+        return o.transpose(1, 2).nan_to_num_(0.0)  # rows with no visible key -> 0
+    qf = q.float().view(batch, num_q, kv_heads, heads // kv_heads, dim)
+    scores = torch.einsum("bqkgd,bskd->bkgqs", qf, k) * scale
+    scores = softcap * torch.tanh(scores / softcap)
+    scores = scores.masked_fill_(~visible[:, None, None], float("-inf"))
     probs = torch.softmax(scores, dim=-1).nan_to_num_(0.0)  # all-masked rows -> 0
     return torch.einsum("bkgqs,bskd->bqkgd", probs, v).reshape(batch, num_q, heads, dim)
 
 
 def _gather_paged(cache: torch.Tensor, block_table: torch.Tensor, num_k: int) -> torch.Tensor:
-    """[B, num_k, KVH, D] rows of each sequence; -1 table entries read block 0 (masked later)."""
+    """[B, num_k, KVH, D] rows of each sequence (a copy); -1 table entries read block 0, masked later."""
     block_size = cache.shape[1]
     blocks = -(-num_k // block_size)
     ids = block_table[:, :blocks].long().clamp(min=0)
