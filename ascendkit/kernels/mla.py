@@ -26,7 +26,6 @@ from ascendkit.kernels.ascend_gate import LoweringCase, lowering_cases
 from ascendkit.kernels.shape_grid import BLOCK_SIZES, DTYPES
 from ascendkit.platform import core_counts, grid_size
 
-BLOCK_N = 16  # keys per step: the smallest dot tile; every block size is a multiple of it
 MIN_KEYS_PER_SPLIT = 128  # shorter splits cost more in workspace traffic and merging than they gain
 MERGE_BLOCK_D = 128  # latent columns per merge step (keeps the merge tiles small at L = 512)
 LOG2E = 1.4426950408889634
@@ -143,6 +142,13 @@ def block_h_for(lora: int) -> int:
     return 16 if lora > 256 else 32
 
 
+def block_n_for(lora: int, block_size: int) -> int:
+    """Keys per step, a power of two dividing the block size (a multiple of 16) so a slice never
+    straddles two blocks. Lowering gate: L=512 with 16 heads is ~87 KB at 16 keys (32 keys: ~127 KB,
+    over budget); L=128 with 32 heads is ~74 KB at 64 keys."""
+    return min(16 if lora > 256 else 64, block_size & -block_size)
+
+
 def plan_splits(work: int, max_seqlen_k: int, block_size: int, cores: int) -> tuple[int, int]:
     """(num_splits, keys_per_split, a multiple of the block size) for `work` token x head tiles."""
     if work >= cores or max_seqlen_k < 2 * MIN_KEYS_PER_SPLIT:
@@ -177,7 +183,7 @@ def mla_attention(out: torch.Tensor, query: torch.Tensor, kv_cache: torch.Tensor
         query.stride(0), query.stride(1), kv_cache.stride(0), kv_cache.stride(1), block_table.stride(0),
         out.stride(0), out.stride(1), scale * LOG2E,
         L=lora, R=rope, BLOCK_L=block_l, BLOCK_R=triton.next_power_of_2(rope), BLOCK_SIZE=block_size,
-        BLOCK_H=block_h, BLOCK_N=BLOCK_N, SPLIT=splits > 1,
+        BLOCK_H=block_h, BLOCK_N=block_n_for(lora, block_size), SPLIT=splits > 1,
         UPCAST_DOT=query.dtype == torch.bfloat16 and query.device.type == "cpu",
     )
     if splits > 1:
@@ -209,7 +215,8 @@ def _cases() -> list[LoweringCase]:
                                    "stride_ks": "i32", "stride_bt": "i32", "stride_ot": "i32", "stride_oh": "i32",
                                    "qk_scale_log2": "fp32"},
                         constexprs={"L": lora, "R": rope, "BLOCK_L": block_l, "BLOCK_R": triton.next_power_of_2(rope),
-                                    "BLOCK_SIZE": block_size, "BLOCK_H": block_h, "BLOCK_N": BLOCK_N, "SPLIT": split,
+                                    "BLOCK_SIZE": block_size, "BLOCK_H": block_h,
+                                    "BLOCK_N": block_n_for(lora, block_size), "SPLIT": split,
                                     "UPCAST_DOT": False},
                         expect_mode="mix",
                     ))

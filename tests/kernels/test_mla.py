@@ -50,6 +50,10 @@ def test_deepseek_latent_128_heads():  # ~1.5 s in the interpreter: no need to m
     _run([2, 1], [70, 33], heads=128, lora=512, rope=64, block_size=64, dtype=torch.bfloat16)
 
 
+def test_block_size_not_a_power_of_two():  # 48: keys are stepped 16 at a time within a block
+    _run(*CASES["mixed"], heads=16, lora=128, rope=32, block_size=48, dtype=torch.float32)
+
+
 def test_strided_query_cache_and_out():
     _run([3, 1], [40, 17], heads=16, lora=128, rope=32, block_size=16, dtype=torch.float32, strided=True)
 
