@@ -100,7 +100,7 @@ def run(model: str, num_prompts: int, input_len: int, output_len: int, dtype: st
     skipped = {}
     for peer in compare:
         if peer == "hf":
-            results.append(run_hf(path, prompts, output_len, DTYPES[dtype]))
+            results.append(run_hf(path, prompts, output_len, DTYPES[dtype], platform.default_device()))
         elif not llamacpp_available():
             skipped[peer] = "xllamacpp is not installed (pip install xllamacpp)"
         elif path.suffix != ".gguf":

@@ -47,8 +47,8 @@ class StubModel(nn.Module):
 class _Clock:
     """Accumulates wall time per named stage while `on`."""
 
-    def __init__(self, device: torch.device) -> None:
-        self.device, self.on = device, False
+    def __init__(self) -> None:
+        self.on = False
         self.totals: dict[str, float] = defaultdict(float)
 
     def wrap(self, name: str, fn: Callable) -> Callable:
@@ -79,7 +79,7 @@ def measure(stub: StubModel, batch: int, steps: int, mode: str, device: torch.de
     from ascendkit.runtime import SamplingParams
 
     engine = _engine(stub, batch, PROMPT_LEN + steps + 2, device)
-    clock = _Clock(device)
+    clock = _Clock()
     engine.scheduler.schedule = clock.wrap("schedule", engine.scheduler.schedule)
     engine.runner.prepare = clock.wrap("prepare", engine.runner.prepare)
     engine.runner.sampler = clock.wrap("sample", engine.runner.sampler)

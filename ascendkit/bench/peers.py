@@ -49,15 +49,16 @@ class _StepClock:
         pass
 
 
-def run_hf(gguf_path: Path, prompts: list[list[int]], output_len: int, dtype: torch.dtype) -> RunResult:
-    """HF transformers, batched greedy generate over all prompts at once (left padded), exactly
-    output_len new tokens each (EOS ignored through min_new_tokens)."""
+def run_hf(gguf_path: Path, prompts: list[list[int]], output_len: int, dtype: torch.dtype,
+           device: torch.device) -> RunResult:
+    """HF transformers on `device`, batched greedy generate over all prompts at once (left
+    padded), exactly output_len new tokens each (EOS ignored through min_new_tokens)."""
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-    model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, dtype=dtype).eval()
+    model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, dtype=dtype).to(device).eval()
     pad = model.config.pad_token_id if model.config.pad_token_id is not None else 0
     width = max(len(p) for p in prompts)
     input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)
@@ -65,6 +66,7 @@ def run_hf(gguf_path: Path, prompts: list[list[int]], output_len: int, dtype: to
     for row, prompt in enumerate(prompts):  # left padding: every prompt ends at the last column
         input_ids[row, width - len(prompt):] = torch.tensor(prompt)
         attention_mask[row, width - len(prompt):] = 1
+    input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
     clock = _StepClock()
     with torch.inference_mode():
         model.generate(input_ids=input_ids[:1], attention_mask=attention_mask[:1], do_sample=False, max_new_tokens=2,
