@@ -2,16 +2,12 @@
 import triton
 import triton.language as tl
 
-# Beyond 2^22 every fp32 value is already an integer (and saturates anyway); clamping there first
-# keeps floor/compare exact and the float finite.
-_CLAMP: tl.constexpr = 4194304.0
-
 
 @triton.jit
 def round_half_even(x):
     """torch.round semantics (ties to even) from floor: Triton's `.to(int8)` truncates and
-    libdevice's round is half-away-from-zero."""
-    x = tl.minimum(tl.maximum(x, -_CLAMP), _CLAMP)
+    libdevice's round is half-away-from-zero. Exact for every fp32: from 2^23 on x is integral
+    (frac 0); +-inf keep their value (frac is NaN, so no branch adds 1); NaN stays NaN."""
     low = tl.floor(x)
     frac = x - low
     low_is_odd = (low - 2.0 * tl.floor(low * 0.5)) != 0.0

@@ -46,6 +46,18 @@ def test_ties_round_to_even_and_saturate():
                  mutated=[0])
 
 
+@pytest.mark.filterwarnings("ignore:invalid value encountered in subtract")  # inf - floor(inf) in the rounding
+def test_huge_values_and_far_shifted_rows():
+    # Past 2^22 fp32 spacing reaches .5 and 1: rounding must stay exact there, and +-inf saturate.
+    x = torch.tensor([[1e9, 2.0**23 + 1, 2.0**22 + 0.5, 2.0**22 + 1.5, -(2.0**22) - 0.5, float("inf"), float("-inf"), 3e38]])
+    azp = torch.tensor([-(2**22)], dtype=torch.int32)
+    run_both(OPS.static_scaled_int8_quant, [torch.empty(1, 8, dtype=torch.int8), x, torch.tensor([1.0]), azp], mutated=[0])
+    # A row far from 0 relative to its range: x / scale ~ 2.6e8 and a zero point to match.
+    shifted = 1000 + torch.rand(4, 256) * 1e-3
+    args = [torch.empty(4, 256, dtype=torch.int8), shifted, torch.empty(4, 1), torch.empty(4, 1, dtype=torch.int32)]
+    run_both(OPS.dynamic_scaled_int8_quant, args, mutated=[0, 1, 2, 3], **EXACT)
+
+
 def test_dynamic_3d_and_many_tokens():
     x = torch.randn(3, 41, 576, dtype=torch.float16)
     run_both(OPS.dynamic_scaled_int8_quant, [torch.empty(3, 41, 576, dtype=torch.int8), x, torch.empty(3, 41, 1), None],
