@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ascendkit.kernels._attention import finish, init_state, load_kv_tile
+from ascendkit.kernels._attention import dot, finish, init_state, load_kv_tile, upcast_dot
 from ascendkit.kernels._reduce import fast_max
 from ascendkit.kernels.ascend_gate import LoweringCase, lowering_cases
 from ascendkit.kernels.shape_grid import BLOCK_SIZES, DTYPES
@@ -41,14 +41,6 @@ def _visible_keys(seq_ids_ptr, cu_ptr, seqused_ptr, t):
     i = t - q_start
     visible = tl.minimum(tl.maximum(kv_len - q_len + i + 1, 0), kv_len)
     return b, tl.where(i < q_len, visible, 0)
-
-
-@triton.jit
-def _dot_operand(x, UPCAST: tl.constexpr):
-    # The 3.2 interpreter multiplies bf16 dot operands as their raw uint16 bits; on CPU (only ever
-    # the interpreter) bf16 tiles are widened to fp32 first, which is exact, so the result is what
-    # a bf16 dot with fp32 accumulation gives on the device.
-    return x.to(tl.float32) if UPCAST else x
 
 
 @triton.jit(do_not_specialize=["num_heads", "work_items", "num_splits", "keys_per_split", "stride_qt", "stride_qh",
@@ -75,8 +67,8 @@ def mla_attention_kernel(
         b, visible = _visible_keys(seq_ids_ptr, cu_ptr, seqused_ptr, t)
         # The token's heads are rows of the query tile (padding heads read as 0, never stored).
         q_base = q_ptr + tl.cast(t, tl.int64) * stride_qt + h0 * stride_qh
-        q_nope = _dot_operand(load_kv_tile(q_base, rh, dl, stride_qh, num_heads - h0, L, BLOCK_L), UPCAST_DOT)
-        q_pe = _dot_operand(load_kv_tile(q_base + L, rh, dr, stride_qh, num_heads - h0, R, BLOCK_R), UPCAST_DOT)
+        q_nope = load_kv_tile(q_base, rh, dl, stride_qh, num_heads - h0, L, BLOCK_L)
+        q_pe = load_kv_tile(q_base + L, rh, dr, stride_qh, num_heads - h0, R, BLOCK_R)
 
         acc, m, l = init_state(BLOCK_H, BLOCK_L)
         start = split * keys_per_split
@@ -88,14 +80,13 @@ def mla_attention_kernel(
             # Keys past `end` read as 0: unused cache slots may hold NaN, which would poison p @ v.
             k_nope = load_kv_tile(rows, rn, dl, stride_ks, end - k0, L, BLOCK_L)
             k_pe = load_kv_tile(rows + L, rn, dr, stride_ks, end - k0, R, BLOCK_R)
-            kv = _dot_operand(k_nope, UPCAST_DOT)  # K's latent part and, as loaded, V
-            s = tl.dot(q_nope, tl.trans(kv)) + tl.dot(q_pe, tl.trans(_dot_operand(k_pe, UPCAST_DOT)))
+            s = dot(q_nope, tl.trans(k_nope), UPCAST_DOT) + dot(q_pe, tl.trans(k_pe), UPCAST_DOT)
             s = tl.where((rn < end - k0)[None, :], s * qk_scale_log2, float("-inf"))
             m_new = tl.maximum(m, fast_max(s, 1))  # finite: every step has at least one key
             alpha = tl.exp2(m - m_new)
             p = tl.exp2(s - m_new[:, None])
             l = l * alpha + tl.sum(p, 1)
-            acc = tl.dot(_dot_operand(p.to(k_nope.dtype), UPCAST_DOT), kv, acc * alpha[:, None])
+            acc = acc * alpha[:, None] + dot(p.to(k_nope.dtype), k_nope, UPCAST_DOT)  # V = the k_nope tile
             m = m_new
 
         o = finish(acc, l)  # no visible key: 0, not NaN
@@ -184,7 +175,7 @@ def mla_attention(out: torch.Tensor, query: torch.Tensor, kv_cache: torch.Tensor
         out.stride(0), out.stride(1), scale * LOG2E,
         L=lora, R=rope, BLOCK_L=block_l, BLOCK_R=triton.next_power_of_2(rope), BLOCK_SIZE=block_size,
         BLOCK_H=block_h, BLOCK_N=block_n_for(lora, block_size), SPLIT=splits > 1,
-        UPCAST_DOT=query.dtype == torch.bfloat16 and query.device.type == "cpu",
+        UPCAST_DOT=upcast_dot(query.dtype),
     )
     if splits > 1:
         mla_merge_kernel[(grid_size(query.device, tiles),)](
