@@ -5,9 +5,9 @@ all query heads of one token attend to the same single latent KV head, so one ca
 BLOCK_H heads. Scores are q_nope·k_nope (the L = kv_lora_rank part) plus q_pe·k_pe (the R rope
 part) as two dots, so no [*, L+R] tile is built; V is the same k_nope tile (the first L cache
 columns), so each cache row is read once. A cache block is read as BLOCK_N-row slices addressed
-from its scalar block id (contiguous tile loads, no gathers). Tile loads and the softmax state
-come from _attention.py; the step itself is MLA's own (two score dots, V taken from the K tile),
-which _attention.attend_tile (one dot, separate K and V tiles) does not cover.
+from its scalar block id (contiguous tile loads, no gathers). Tile loads, the softmax state and
+the interpreter-safe dot come from _attention.py; the step itself is MLA's own (two score dots,
+V taken from the K tile), which _attention.attend_tile (one dot, separate K and V) does not cover.
 
 Split-KV: when tokens x head tiles would leave cube cores idle (decode at small batch) and the
 context is long, work items also split the key range; each writes its normalised partial output
