@@ -15,10 +15,11 @@ import torch
 import triton
 import triton.language as tl
 
-from ascendkit.kernels._attention import attend_kv_range, finish, group_rows, init_state, tile_n, upcast_dot
+from ascendkit.kernels._attention import (
+    HEAD_SIZES, attend_kv_range, finish, group_rows, init_state, tile_n, upcast_dot,
+)
 from ascendkit.kernels._reduce import fast_max
 from ascendkit.kernels.ascend_gate import LoweringCase, lowering_cases
-from ascendkit.kernels.attention_unified import HEAD_SIZES
 from ascendkit.kernels.shape_grid import BLOCK_SIZES, DTYPES
 from ascendkit.platform import core_counts, grid_size
 
@@ -31,16 +32,17 @@ MIN_SPLIT_TOKENS = 256  # shorter slices cost more in partial writes than they g
                                "stride_ot", "stride_oh", "stride_blk", "stride_tok", "stride_kh", "stride_table",
                                "window"])
 def paged_decode_kernel(
-    q_ptr, k_ptr, v_ptr, out_ptr, table_ptr, lens_ptr, acc_ws, m_ws, l_ws,
+    q_ptr, k_ptr, v_ptr, out_ptr, table_ptr, lens_ptr, cu_q_ptr, acc_ws, m_ws, l_ws,
     num_seqs, num_splits, split_len, max_blocks,
     stride_qt, stride_qh, stride_ot, stride_oh, stride_blk, stride_tok, stride_kh, stride_table,
     scale, softcap, window,
     NUM_KV_HEADS: tl.constexpr, GROUP: tl.constexpr, H_PAD: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, TILE_N: tl.constexpr, SPLIT: tl.constexpr, USE_SOFTCAP: tl.constexpr,
-    USE_WINDOW: tl.constexpr, UPCAST_DOT: tl.constexpr,
+    USE_WINDOW: tl.constexpr, UPCAST_DOT: tl.constexpr, VARLEN_Q: tl.constexpr,
 ):
     """SPLIT: write partials to acc_ws [B, H, num_splits, D_PAD], m_ws / l_ws [B, H, num_splits]
-    (fp32, contiguous) instead of out."""
+    (fp32, contiguous) instead of out. VARLEN_Q: sequence b's query is row cu_q[b] and exists only
+    if cu_q[b + 1] > cu_q[b] (a decode-only unified_attention batch); else it is row b."""
     rows = tl.arange(0, H_PAD)
     row_ok = rows < GROUP
     offs_d = tl.arange(0, D_PAD)
@@ -51,13 +53,14 @@ def paged_decode_kernel(
         kv_head = (work // num_splits) % NUM_KV_HEADS
         seq = work // (num_splits * NUM_KV_HEADS)
         kv_len = tl.load(lens_ptr + seq)
+        q_row, n_q = _query_row(cu_q_ptr, seq, VARLEN_Q)
         q_pos = tl.zeros([H_PAD], dtype=tl.int32) + kv_len - 1  # the query is the newest token
         lo = split * split_len
         if USE_WINDOW:
             lo = tl.maximum(lo, kv_len - window)
         hi = tl.minimum(tl.minimum(kv_len, (split + 1) * split_len), max_blocks * BLOCK_SIZE)
 
-        q_ptrs, q_mask = group_rows(q_ptr, seq, 1, stride_qt, kv_head * GROUP, GROUP, stride_qh, 1, H_PAD, D, D_PAD)
+        q_ptrs, q_mask = group_rows(q_ptr, q_row, n_q, stride_qt, kv_head * GROUP, GROUP, stride_qh, 1, H_PAD, D, D_PAD)
         q = tl.reshape(tl.load(q_ptrs, mask=q_mask, other=0.0), [H_PAD, D_PAD])
         acc, m_i, l_i = init_state(H_PAD, D_PAD)
         # Keys < hi <= kv_len are all at or before the query: no causal mask needed.
@@ -75,14 +78,23 @@ def paged_decode_kernel(
             tl.store(l_ws + slot, l_i, mask=row_ok)
         else:
             o = tl.reshape(finish(acc, l_i), [1, H_PAD, D_PAD])
-            o_ptrs, o_mask = group_rows(out_ptr, seq, 1, stride_ot, kv_head * GROUP, GROUP, stride_oh, 1, H_PAD, D, D_PAD)
+            o_ptrs, o_mask = group_rows(out_ptr, q_row, n_q, stride_ot, kv_head * GROUP, GROUP, stride_oh, 1, H_PAD, D, D_PAD)
             tl.store(o_ptrs, o.to(out_ptr.dtype.element_ty), mask=o_mask)
+
+
+@triton.jit
+def _query_row(cu_q_ptr, seq, VARLEN_Q: tl.constexpr):
+    """(row of sequence seq's query token, 1 or 0 query tokens)."""
+    if VARLEN_Q:
+        q_row = tl.load(cu_q_ptr + seq)
+        return q_row, tl.load(cu_q_ptr + seq + 1) - q_row
+    return seq, 1
 
 
 @triton.jit(do_not_specialize=["num_rows", "num_splits", "stride_ot", "stride_oh"])
 def paged_reduce_kernel(
-    out_ptr, acc_ws, m_ws, l_ws, num_rows, num_splits, stride_ot, stride_oh,
-    HEADS: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, S_PAD: tl.constexpr,
+    out_ptr, acc_ws, m_ws, l_ws, cu_q_ptr, num_rows, num_splits, stride_ot, stride_oh,
+    HEADS: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, S_PAD: tl.constexpr, VARLEN_Q: tl.constexpr,
 ):
     """Merge the split partials of each (sequence, head) row: one contiguous [S, D_PAD] slab."""
     offs_s = tl.arange(0, S_PAD)
@@ -98,10 +110,9 @@ def paged_reduce_kernel(
         w = tl.exp(m - m_ref)
         denom = tl.sum(l * w, 0)
         o = tl.sum(acc * w[:, None], 0) / tl.where(denom > 0.0, denom, 1.0)
-        seq = row // HEADS
-        head = row % HEADS
-        dst = out_ptr + tl.cast(seq, tl.int64) * stride_ot + head * stride_oh
-        tl.store(dst + offs_d, o.to(out_ptr.dtype.element_ty), mask=offs_d < D)
+        q_row, n_q = _query_row(cu_q_ptr, row // HEADS, VARLEN_Q)
+        dst = out_ptr + tl.cast(q_row, tl.int64) * stride_ot + (row % HEADS) * stride_oh
+        tl.store(dst + offs_d, o.to(out_ptr.dtype.element_ty), mask=(offs_d < D) & (n_q > 0))
 
 
 def tiling(heads: int, kv_heads: int, head_size: int, block_size: int) -> dict:
@@ -127,9 +138,22 @@ def paged_attention(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Ten
                     sliding_window: int, num_splits: int | None = None) -> None:
     """Launcher of the paged_attention op. num_splits forces the KV split count (1 = no split,
     the reduce kernel is skipped); None picks it from the shapes (choose_splits)."""
-    batch, heads, head_size = query.shape
-    if batch == 0:
+    decode(out, query, key_cache, value_cache, block_tables, seq_lens, None, scale, softcap, sliding_window,
+           num_splits)
+
+
+def decode(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+           block_tables: torch.Tensor, seq_lens: torch.Tensor, cu_seqlens_q: torch.Tensor | None, scale: float,
+           softcap: float, sliding_window: int, num_splits: int | None = None) -> None:
+    """Decode over the paged cache, one query token per sequence (of B = seq_lens' length); with
+    cu_seqlens_q (a unified_attention batch whose max_seqlen_q is 1) sequence b's token is row
+    cu_seqlens_q[b] of query, or absent."""
+    batch = seq_lens.shape[0]
+    heads, head_size = query.shape[1], query.shape[2]
+    if batch == 0 or query.shape[0] == 0:
         return
+    varlen_q = cu_seqlens_q is not None
+    cu_q = cu_seqlens_q if varlen_q else seq_lens  # unused when not varlen_q
     kv_heads, block_size = key_cache.shape[2], key_cache.shape[1]
     params = tiling(heads, kv_heads, head_size, block_size)
     capacity = block_tables.shape[1] * block_size
@@ -142,18 +166,18 @@ def paged_attention(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Ten
     else:
         acc_ws = m_ws = l_ws = out  # unused
     paged_decode_kernel[(grid_size(query.device, batch * kv_heads * splits, uses_dot=True),)](
-        query, key_cache, value_cache, out, block_tables, seq_lens, acc_ws, m_ws, l_ws,
+        query, key_cache, value_cache, out, block_tables, seq_lens, cu_q, acc_ws, m_ws, l_ws,
         batch, splits, split_len, block_tables.shape[1],
         query.stride(0), query.stride(1), out.stride(0), out.stride(1),
         key_cache.stride(0), key_cache.stride(1), key_cache.stride(2), block_tables.stride(0),
         scale, softcap, sliding_window,
         SPLIT=splits > 1, USE_SOFTCAP=softcap > 0, USE_WINDOW=sliding_window > 0,
-        UPCAST_DOT=upcast_dot(query.dtype), **params,
+        UPCAST_DOT=upcast_dot(query.dtype), VARLEN_Q=varlen_q, **params,
     )
     if splits > 1:
         paged_reduce_kernel[(grid_size(query.device, batch * heads),)](
-            out, acc_ws, m_ws, l_ws, batch * heads, splits, out.stride(0), out.stride(1),
-            HEADS=heads, D=head_size, D_PAD=params["D_PAD"], S_PAD=triton.next_power_of_2(splits),
+            out, acc_ws, m_ws, l_ws, cu_q, batch * heads, splits, out.stride(0), out.stride(1),
+            HEADS=heads, D=head_size, D_PAD=params["D_PAD"], S_PAD=triton.next_power_of_2(splits), VARLEN_Q=varlen_q,
         )
 
 
@@ -162,7 +186,7 @@ def _decode_types(dtype: str) -> dict[str, str]:
     ints = ("num_seqs", "num_splits", "split_len", "max_blocks", "stride_qt", "stride_qh", "stride_ot", "stride_oh",
             "stride_blk", "stride_tok", "stride_kh", "stride_table", "window")
     return {"q_ptr": ptr, "k_ptr": ptr, "v_ptr": ptr, "out_ptr": ptr, "table_ptr": "*i32", "lens_ptr": "*i32",
-            "acc_ws": "*fp32", "m_ws": "*fp32", "l_ws": "*fp32", **{n: "i32" for n in ints},
+            "cu_q_ptr": "*i32", "acc_ws": "*fp32", "m_ws": "*fp32", "l_ws": "*fp32", **{n: "i32" for n in ints},
             "scale": "fp32", "softcap": "fp32"}
 
 
@@ -179,7 +203,8 @@ def _cases() -> list[LoweringCase]:
                     kernel=paged_decode_kernel,
                     arg_types=_decode_types(dtype),
                     constexprs={**tiling(heads, kv_heads, head_size, block_size), "SPLIT": split,
-                                "USE_SOFTCAP": split, "USE_WINDOW": not split, "UPCAST_DOT": False},
+                                "USE_SOFTCAP": split, "USE_WINDOW": not split, "UPCAST_DOT": False,
+                                "VARLEN_Q": block_size == 64},
                     expect_mode="mix",
                 ))
     for i, head_size in enumerate(HEAD_SIZES):
@@ -187,8 +212,9 @@ def _cases() -> list[LoweringCase]:
         cases.append(LoweringCase(
             name=f"paged_attention_reduce[d={head_size},{dtype}]",
             kernel=paged_reduce_kernel,
-            arg_types={"out_ptr": f"*{dtype}", "acc_ws": "*fp32", "m_ws": "*fp32", "l_ws": "*fp32", "num_rows": "i32",
-                       "num_splits": "i32", "stride_ot": "i32", "stride_oh": "i32"},
-            constexprs={"HEADS": 32, "D": head_size, "D_PAD": triton.next_power_of_2(head_size), "S_PAD": MAX_SPLITS},
+            arg_types={"out_ptr": f"*{dtype}", "acc_ws": "*fp32", "m_ws": "*fp32", "l_ws": "*fp32", "cu_q_ptr": "*i32",
+                       "num_rows": "i32", "num_splits": "i32", "stride_ot": "i32", "stride_oh": "i32"},
+            constexprs={"HEADS": 32, "D": head_size, "D_PAD": triton.next_power_of_2(head_size), "S_PAD": MAX_SPLITS,
+                        "VARLEN_Q": i % 2 == 1},
         ))
     return cases

@@ -14,7 +14,10 @@ import torch
 import triton
 import triton.language as tl
 
-from ascendkit.kernels._attention import attend_kv_range, finish, group_rows, init_state, tile_n, upcast_dot
+from ascendkit.kernels._attention import (
+    HEAD_SIZES, attend_kv_range, finish, group_rows, init_state, tile_n, upcast_dot,
+)
+from ascendkit.kernels import attention_paged
 from ascendkit.kernels.ascend_gate import LoweringCase, lowering_cases
 from ascendkit.kernels.shape_grid import BLOCK_SIZES, DTYPES
 from ascendkit.platform import grid_size
@@ -22,7 +25,6 @@ from ascendkit.platform import grid_size
 # Query rows per work item: 16 (the smallest tl.dot tile) while the batch is decode-only or the
 # head is wider than 128, else 32 (the lowering gate measures what fits the ~96 KB budget).
 DECODE_ROWS, PREFILL_ROWS = 16, 32
-HEAD_SIZES = (64, 80, 128, 256)
 
 
 @triton.jit(do_not_specialize=["num_seqs", "num_q_blocks", "max_blocks", "stride_qt", "stride_qh", "stride_ot",
@@ -134,6 +136,11 @@ def launch(out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: tor
 def unified_attention(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                       block_table: torch.Tensor, cu_seqlens_q: torch.Tensor, seqused_k: torch.Tensor,
                       max_seqlen_q: int, max_seqlen_k: int, scale: float, softcap: float, sliding_window: int) -> None:
+    if max_seqlen_q == 1:
+        # A decode-only step: the paged decode kernels, which split long contexts over idle cores.
+        attention_paged.decode(out, query, key_cache, value_cache, block_table, seqused_k, cu_seqlens_q, scale,
+                               softcap, sliding_window)
+        return
     launch(out, query, key_cache, value_cache, block_table, cu_seqlens_q, seqused_k, max_seqlen_q, scale, softcap,
            sliding_window, paged=True, causal=True)
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 
 from ascendkit.kernels.ascend_gate import LoweringCase, lowering_cases
-from ascendkit.kernels.attention_unified import HEAD_SIZES, arg_types, flash_attention_kernel, launch, tiling
-from ascendkit.kernels._attention import tile_n
+from ascendkit.kernels._attention import HEAD_SIZES, tile_n
+from ascendkit.kernels.attention_unified import arg_types, flash_attention_kernel, launch, tiling
 from ascendkit.kernels.shape_grid import DTYPES
 
 

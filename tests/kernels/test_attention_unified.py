@@ -60,7 +60,17 @@ def test_head_and_block_sizes(head_size, block_size):
 
 
 def test_lengths_crossing_blocks_decode_only():
+    # max_seqlen_q == 1 takes the paged decode kernels; 4 (sequence, KV head) items fill the 4
+    # interpreter "cores", so no split here (the next test takes the split route).
     check([1, 1, 1, 1], [1, 17, 255, 1025], 4, 1, 16, 16)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_decode_step_with_absent_and_padding_rows(dtype):
+    # A sequence with no new token (q_len 0: no row) and a padded graph row (q_len 1, seqused_k 0);
+    # 3 (sequence, KV head) items < 4 interpreter cores and a 1040-token table: split-KV route.
+    out, cu = check([1, 0, 1], [1025, 5, 0], 4, 1, 16, 16, dtype)
+    assert (out[1] == 0).all()
 
 
 def test_prefill_only():
