@@ -78,7 +78,8 @@ def paged_decode_kernel(
             tl.store(l_ws + slot, l_i, mask=row_ok)
         else:
             o = tl.reshape(finish(acc, l_i), [1, H_PAD, D_PAD])
-            o_ptrs, o_mask = group_rows(out_ptr, q_row, n_q, stride_ot, kv_head * GROUP, GROUP, stride_oh, 1, H_PAD, D, D_PAD)
+            o_ptrs, o_mask = group_rows(out_ptr, q_row, n_q, stride_ot, kv_head * GROUP, GROUP, stride_oh,
+                                        1, H_PAD, D, D_PAD)
             tl.store(o_ptrs, o.to(out_ptr.dtype.element_ty), mask=o_mask)
 
 

@@ -164,7 +164,8 @@ def _cases() -> list[LoweringCase]:
                 for max_q, dtype in ((1, DTYPES[0]), (512, DTYPES[1])):
                     params = tiling(heads, kv_heads, head_size, block_size, max_q)
                     cases.append(LoweringCase(
-                        name=f"unified_attention[h={heads}/{kv_heads},d={head_size},bs={block_size},m={params['BLOCK_M']},{dtype}]",
+                        name=(f"unified_attention[h={heads}/{kv_heads},d={head_size},bs={block_size},"
+                              f"m={params['BLOCK_M']},{dtype}]"),
                         kernel=flash_attention_kernel,
                         arg_types=arg_types(dtype),
                         constexprs={**params, "PAGED": True, "CAUSAL": True, "USE_SOFTCAP": max_q > 1,

@@ -12,7 +12,9 @@ from __future__ import annotations
 import torch
 
 from ascendkit.ops._registry import register_op
-from ascendkit.ops._validate import FLOAT_DTYPES, check_positive, check_same_device, check_same_dtype, check_shape, check_tensor
+from ascendkit.ops._validate import (
+    FLOAT_DTYPES, check_positive, check_same_device, check_same_dtype, check_shape, check_tensor,
+)
 from ascendkit.ops.reference import attention as reference
 
 # Kernels read a cache block as 16-row tiles (the smallest tl.dot operand) and keep a head of up to
@@ -59,7 +61,8 @@ def _check_paged(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torc
 def _check_kv_lens(name: str, lens: torch.Tensor, capacity: int) -> None:
     # Only where reading the lengths costs no device sync; on devices the bound is the caller's.
     if _is_real_cpu(lens) and lens.numel() and not bool(((lens >= 0) & (lens <= capacity)).all()):
-        raise ValueError(f"{name}: every length must be in [0, {capacity}] (block table capacity), got max {int(lens.max())}")
+        raise ValueError(f"{name}: every length must be in [0, {capacity}] (block table capacity), "
+                         f"got max {int(lens.max())}")
 
 
 def _check_scalars(scale: float, softcap: float) -> None:

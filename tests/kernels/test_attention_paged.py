@@ -14,10 +14,13 @@ VS_FORMULA = {torch.float32: 1e-5, torch.float16: 5e-3, torch.bfloat16: 3e-2}
 
 
 def check(kv_lens, heads, kv_heads, head_size, block_size, dtype=torch.float32, softcap=0.0, window=0,
-          splits=(1, 4), num_blocks=None):
+          splits=(1, 4), num_blocks=None, strided=False):
     batch = len(kv_lens)
     query, kc, vc, table, _, seq_lens = make_paged_batch([1] * batch, kv_lens, heads, kv_heads, head_size, block_size,
                                                          dtype, num_blocks)
+    if strided:  # the query as a column slice of a fused qkv row
+        query = torch.cat([torch.randn(batch, 1, head_size).to(dtype), query, torch.randn(batch, 2, head_size).to(dtype)],
+                          1)[:, 1:heads + 1]
     scale = head_size ** -0.5
     expect = torch.empty_like(query)
     OPS.paged_attention(expect, query, kc, vc, table, seq_lens, scale, softcap, window)
@@ -59,6 +62,10 @@ def test_softcap_and_sliding_window(softcap, window):
 
 def test_many_blocks():
     check([300, 17, 1], 2, 1, 16, 16, num_blocks=32768)
+
+
+def test_strided_query():
+    check([40, 17, 600], 8, 2, 32, 16, torch.float16, strided=True)
 
 
 def test_split_heuristic():
