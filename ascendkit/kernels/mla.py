@@ -72,7 +72,9 @@ def mla_attention_kernel(
 
         acc, m, l = init_state(BLOCK_H, BLOCK_L)
         start = split * keys_per_split
-        end = tl.minimum(start + keys_per_split, visible)
+        # The last split runs to the sequence's end, so the key range never depends on the host's
+        # max_seqlen_k being current (e.g. in a replayed graph).
+        end = tl.where(split == num_splits - 1, visible, tl.minimum(start + keys_per_split, visible))
         table_row = bt_ptr + tl.cast(b, tl.int64) * stride_bt
         for k0 in range(start, end, BLOCK_N):
             block_id = tl.load(table_row + k0 // BLOCK_SIZE)

@@ -70,6 +70,16 @@ def test_split_kv_is_exercised_and_matches_independent_formula():
     torch.testing.assert_close(out.double(), expect, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("max_seqlen_k", [200, 64])  # below the real 300: split and unsplit plans
+def test_kernel_covers_every_key_when_max_seqlen_k_is_stale(max_seqlen_k):
+    query, cache, table, cu, seqused = make_batch([1, 1], [300, 129], 16, 128, 32, 16)
+    out = torch.empty(2, 16, 128)
+    with kernel_path("triton"):
+        OPS.mla_attention(out, query, cache, table, cu, seqused, 1, max_seqlen_k, 128, 0.1)
+    expect = independent_mla(query, cache, table, cu, seqused, 128, 0.1)
+    torch.testing.assert_close(out.double(), expect, rtol=1e-5, atol=1e-5)
+
+
 def test_kernel_cosine_vs_independent_fp32():
     query, cache, table, cu, seqused = make_batch([3, 1, 5, 1], [19, 33, 5, 0], 16, 512, 64, 16)
     out = torch.empty(10, 16, 512)
