@@ -58,8 +58,9 @@ def mla_attention(query: torch.Tensor, kv_cache: torch.Tensor, block_table: torc
     """Absorbed MLA over the paged latent cache. query [T, H, L+R] (q_nope·W_UK ++ roped q_pe),
     kv_cache [num_blocks, block_size, L+R] (one latent head; V = its first L columns), block_table
     [B, max_blocks] int32 (-1 padded), cu_seqlens_q [B+1] int32, seqused_k [B] int32 (context +
-    new tokens; the new tokens are the last, causal bottom-right). Returns out [T, H, L] in
-    query's dtype (fp16/bf16/fp32); a sequence with no visible key gets 0."""
+    new tokens; the new tokens are the last, causal bottom-right); max_seqlen_q / max_seqlen_k are
+    host ints at least the longest new-token count / KV length (the CPU reference pads to them).
+    Returns out [T, H, L] in query's dtype (fp16/bf16/fp32); a sequence with no visible key gets 0."""
     out = torch.empty((*query.shape[:2], kv_lora_rank), dtype=query.dtype, device=query.device)
     mla_attention_op(out, query, kv_cache, block_table, cu_seqlens_q, seqused_k, max_seqlen_q, max_seqlen_k,
                      kv_lora_rank, scale)
