@@ -142,6 +142,16 @@ def attend_kv_range(
     return acc, m_i, l_i
 
 
+def check_query_tile(rows: int, head_pad: int) -> None:
+    """The query rows of one work item (a whole GQA group at least) with their fp32 accumulator
+    must fit on chip: up to 64 rows of <= 128 dims or 16 rows of 256 (lowering gate: 32 × 256 came
+    to ~105 KB with 32-key tiles). Larger groups would need a group split; no served model needs it."""
+    limit = 64 * 128 if head_pad <= 128 else 16 * 256
+    if rows * head_pad > limit:
+        raise ValueError(f"query: a tile of {rows} query rows (the GQA group, padded) × head size {head_pad} exceeds "
+                         f"the attention kernels' on-chip limit of {limit} elements; use the reference path")
+
+
 def tile_n(block_size: int, query_tile: int) -> int:
     """Keys per KV tile for a query tile of `query_tile` = rows × padded head elements: divides the
     block size, 64 keys up to a 16 × 128 (or 32 × 64) query tile, else 32, so Q, K, V, scores and

@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 
 from ascendkit.kernels._attention import (
-    HEAD_SIZES, attend_kv_range, finish, group_rows, init_state, tile_n, upcast_dot,
+    HEAD_SIZES, attend_kv_range, check_query_tile, finish, group_rows, init_state, tile_n, upcast_dot,
 )
 from ascendkit.kernels._reduce import fast_max
 from ascendkit.kernels.ascend_gate import LoweringCase, lowering_cases
@@ -120,6 +120,7 @@ def tiling(heads: int, kv_heads: int, head_size: int, block_size: int) -> dict:
     group = heads // kv_heads
     h_pad = max(MIN_ROWS, triton.next_power_of_2(group))
     d_pad = triton.next_power_of_2(head_size)
+    check_query_tile(h_pad, d_pad)
     return dict(NUM_KV_HEADS=kv_heads, GROUP=group, H_PAD=h_pad, D=head_size, D_PAD=d_pad, BLOCK_SIZE=block_size,
                 TILE_N=tile_n(block_size, h_pad * d_pad))
 
@@ -193,21 +194,23 @@ def _decode_types(dtype: str) -> dict[str, str]:
 
 @lowering_cases("attention_paged")
 def _cases() -> list[LoweringCase]:
+    # Llama-3 8B and SmolLM2 heads over every head and block size (dtype, split-KV and the
+    # decode-step-of-unified variant alternate across the grid), plus the largest admitted groups.
+    shapes = [(h, kv, d, bs) for h, kv in ((32, 8), (9, 3)) for d in HEAD_SIZES for bs in BLOCK_SIZES]
+    shapes += [(64, 1, 128, 128), (16, 1, 256, 64)]
     cases = []
-    for heads, kv_heads in ((32, 8), (9, 3)):
-        for head_size in HEAD_SIZES:
-            for i, block_size in enumerate(BLOCK_SIZES):
-                dtype = DTYPES[i % len(DTYPES)]
-                split = block_size == 128  # both variants over the grid without doubling it
-                cases.append(LoweringCase(
-                    name=f"paged_attention[h={heads}/{kv_heads},d={head_size},bs={block_size},split={split},{dtype}]",
-                    kernel=paged_decode_kernel,
-                    arg_types=_decode_types(dtype),
-                    constexprs={**tiling(heads, kv_heads, head_size, block_size), "SPLIT": split,
-                                "USE_SOFTCAP": split, "USE_WINDOW": not split, "UPCAST_DOT": False,
-                                "VARLEN_Q": block_size == 64},
-                    expect_mode="mix",
-                ))
+    for heads, kv_heads, head_size, block_size in shapes:
+        dtype = DTYPES[BLOCK_SIZES.index(block_size) % len(DTYPES)]
+        split = block_size == 128
+        cases.append(LoweringCase(
+            name=f"paged_attention[h={heads}/{kv_heads},d={head_size},bs={block_size},split={split},{dtype}]",
+            kernel=paged_decode_kernel,
+            arg_types=_decode_types(dtype),
+            constexprs={**tiling(heads, kv_heads, head_size, block_size), "SPLIT": split,
+                        "USE_SOFTCAP": split, "USE_WINDOW": not split, "UPCAST_DOT": False,
+                        "VARLEN_Q": block_size == 64},
+            expect_mode="mix",
+        ))
     for i, head_size in enumerate(HEAD_SIZES):
         dtype = DTYPES[i % len(DTYPES)]
         cases.append(LoweringCase(

@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 
 from ascendkit.kernels._attention import (
-    HEAD_SIZES, attend_kv_range, finish, group_rows, init_state, tile_n, upcast_dot,
+    HEAD_SIZES, attend_kv_range, check_query_tile, finish, group_rows, init_state, tile_n, upcast_dot,
 )
 from ascendkit.kernels import attention_paged
 from ascendkit.kernels.ascend_gate import LoweringCase, lowering_cases
@@ -100,6 +100,7 @@ def tiling(heads: int, kv_heads: int, head_size: int, block_size: int, max_seqle
     d_pad = triton.next_power_of_2(head_size)
     rows = DECODE_ROWS if max_seqlen_q <= 1 or d_pad > 128 else PREFILL_ROWS
     block_m = max(rows, g_pad)
+    check_query_tile(block_m, d_pad)
     return dict(NUM_KV_HEADS=kv_heads, GROUP=group, G_PAD=g_pad, BLOCK_Q=block_m // g_pad, BLOCK_M=block_m,
                 D=head_size, D_PAD=d_pad, BLOCK_SIZE=block_size, TILE_N=tile_n(block_size, block_m * d_pad))
 
@@ -156,20 +157,21 @@ def arg_types(dtype: str) -> dict[str, str]:
 
 @lowering_cases("attention_unified")
 def _cases() -> list[LoweringCase]:
+    # Llama-3 8B (32 q / 8 kv) and SmolLM2 (9 / 3, a group padded 3 -> 4) over every head and block
+    # size; the largest query tiles check_query_tile admits (MQA 64 / 1 at 128 dims, 16 / 1 at 256).
+    shapes = [(h, kv, d, bs) for h, kv in ((32, 8), (9, 3)) for d in HEAD_SIZES for bs in BLOCK_SIZES]
+    shapes += [(64, 1, 128, 128), (16, 1, 256, 128)]
     cases = []
-    # Llama-3 8B (32 q / 8 kv) and SmolLM2 (9 / 3, a group padded 3 -> 4); decode and prefill tiles.
-    for heads, kv_heads in ((32, 8), (9, 3)):
-        for head_size in HEAD_SIZES:
-            for block_size in BLOCK_SIZES:
-                for max_q, dtype in ((1, DTYPES[0]), (512, DTYPES[1])):
-                    params = tiling(heads, kv_heads, head_size, block_size, max_q)
-                    cases.append(LoweringCase(
-                        name=(f"unified_attention[h={heads}/{kv_heads},d={head_size},bs={block_size},"
-                              f"m={params['BLOCK_M']},{dtype}]"),
-                        kernel=flash_attention_kernel,
-                        arg_types=arg_types(dtype),
-                        constexprs={**params, "PAGED": True, "CAUSAL": True, "USE_SOFTCAP": max_q > 1,
-                                    "USE_WINDOW": max_q > 1, "UPCAST_DOT": False},
-                        expect_mode="mix",
-                    ))
+    for heads, kv_heads, head_size, block_size in shapes:
+        for max_q, dtype in ((1, DTYPES[0]), (512, DTYPES[1])):
+            params = tiling(heads, kv_heads, head_size, block_size, max_q)
+            cases.append(LoweringCase(
+                name=(f"unified_attention[h={heads}/{kv_heads},d={head_size},bs={block_size},"
+                      f"m={params['BLOCK_M']},{dtype}]"),
+                kernel=flash_attention_kernel,
+                arg_types=arg_types(dtype),
+                constexprs={**params, "PAGED": True, "CAUSAL": True, "USE_SOFTCAP": max_q > 1,
+                            "USE_WINDOW": max_q > 1, "UPCAST_DOT": False},
+                expect_mode="mix",
+            ))
     return cases

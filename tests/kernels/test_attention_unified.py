@@ -124,3 +124,14 @@ def test_lowering_gate():
         assert r.passed, (r.name, r.hazards)
         assert r.discrete_sites == 0, r.name  # K/V (and Q/out) move as whole tiles, never row gathers
         assert r.mix_mode == ("aiv" if r.name.startswith("paged_attention_reduce") else "mix"), r.name
+
+
+def test_oversized_query_tile_is_refused_on_the_kernel_path(triton_path):
+    # 32 query heads per KV head at 256 dims would not fit on chip: a clear error, nothing written.
+    query, kc, vc, table, cu, seqused = make_paged_batch([2, 1], [5, 9], 32, 1, 256, 16)
+    out = torch.full_like(query, 7.0)
+    with pytest.raises(ValueError, match=r"^query\b"):
+        OPS.unified_attention(out, query, kc, vc, table, cu, seqused, 2, 9, 0.0625, 0.0, 0)
+    with pytest.raises(ValueError, match=r"^query\b"):
+        OPS.paged_attention(out[:2], query[:2], kc, vc, table, seqused, 0.0625, 0.0, 0)
+    assert (out == 7.0).all()
