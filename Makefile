@@ -30,5 +30,10 @@ info: $(STAMP)
 check-ascend: $(STAMP)
 	$(VENV)/bin/ascendkit check-ascend
 
+bench: $(STAMP)
+	$(VENV)/bin/ascendkit bench kernels
+	$(VENV)/bin/ascendkit bench host
+	$(VENV)/bin/ascendkit bench e2e --compare hf
+
 clean:
 	rm -rf $(VENV) build *.egg-info
