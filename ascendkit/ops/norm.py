@@ -10,32 +10,28 @@ from ascendkit.ops._validate import (
 from ascendkit.ops.reference import norm as reference
 
 
-def _check_weight(weight: torch.Tensor, hidden: int, epsilon: float) -> None:
+def _check_rows_and_weight(first: tuple[str, torch.Tensor], second: tuple[str, torch.Tensor],
+                           weight: torch.Tensor, epsilon: float) -> None:
+    """Two same-shape, same-dtype row tensors [..., hidden] (rows viewable) and weight [hidden]."""
+    (name_a, a), (name_b, b) = first, second
+    check_tensor(name_a, a, dtypes=FLOAT_DTYPES, ndim=(2, 3))
+    check_tensor(name_b, b, dtypes=FLOAT_DTYPES, ndim=(2, 3))
+    check_same_device(**{name_a: a, name_b: b, "weight": weight})
+    check_shape(name_b, b, a.shape, f"same as {name_a}")
+    check_same_dtype(**{name_a: a, name_b: b, "weight": weight})
+    check_rows_viewable(name_a, a)
+    check_rows_viewable(name_b, b)
     check_tensor("weight", weight, dtypes=FLOAT_DTYPES, ndim=1, contiguous=True)
-    check_shape("weight", weight, (hidden,), "the hidden size of input")
+    check_shape("weight", weight, (a.shape[-1],), f"the hidden size of {name_a}")
     check_positive("epsilon", epsilon)
 
 
 def _validate_rms_norm(out: torch.Tensor, input: torch.Tensor, weight: torch.Tensor, epsilon: float) -> None:
-    check_tensor("input", input, dtypes=FLOAT_DTYPES, ndim=(2, 3))
-    check_tensor("out", out, dtypes=FLOAT_DTYPES, ndim=(2, 3))
-    check_same_device(input=input, out=out, weight=weight)
-    check_shape("out", out, input.shape, "same as input")
-    check_same_dtype(input=input, out=out, weight=weight)
-    check_rows_viewable("input", input)
-    check_rows_viewable("out", out)
-    _check_weight(weight, input.shape[-1], epsilon)
+    _check_rows_and_weight(("input", input), ("out", out), weight, epsilon)
 
 
 def _validate_fused_add_rms_norm(input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, epsilon: float) -> None:
-    check_tensor("input", input, dtypes=FLOAT_DTYPES, ndim=(2, 3))
-    check_tensor("residual", residual, dtypes=FLOAT_DTYPES, ndim=(2, 3))
-    check_same_device(input=input, residual=residual, weight=weight)
-    check_shape("residual", residual, input.shape, "same as input")
-    check_same_dtype(input=input, residual=residual, weight=weight)
-    check_rows_viewable("input", input)
-    check_rows_viewable("residual", residual)
-    _check_weight(weight, input.shape[-1], epsilon)
+    _check_rows_and_weight(("input", input), ("residual", residual), weight, epsilon)
 
 
 rms_norm_op = register_op(
