@@ -33,8 +33,10 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--family", action="append", help="only this kernel family (repeatable)")
     check.set_defaults(func=_check_ascend)
     from ascendkit.bench.cli import add_bench_parser
+    from ascendkit.runtime.cli import add_generate_parsers
 
     add_bench_parser(sub)
+    add_generate_parsers(sub)
     return parser
 
 

@@ -1,8 +1,21 @@
 """Offline generation runtime: LLM, SamplingParams and request outputs (vLLM's offline API
 shape) over a scheduler with continuous batching, a paged KV cache with prefix caching, chunked
-prefill, preemption by recompute and bucketed decode graphs."""
-from ascendkit.runtime.llm import LLM, GenerationStats
-from ascendkit.runtime.outputs import CompletionOutput, RequestMetrics, RequestOutput
-from ascendkit.runtime.sampling_params import SamplingParams
+prefill, preemption by recompute and bucketed decode graphs.
 
-__all__ = ["LLM", "GenerationStats", "CompletionOutput", "RequestMetrics", "RequestOutput", "SamplingParams"]
+Exports load on first use, so the CLI parser (ascendkit.runtime.cli) stays light to import."""
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "LLM": "ascendkit.runtime.llm", "GenerationStats": "ascendkit.runtime.llm",
+    "CompletionOutput": "ascendkit.runtime.outputs", "RequestMetrics": "ascendkit.runtime.outputs",
+    "RequestOutput": "ascendkit.runtime.outputs", "SamplingParams": "ascendkit.runtime.sampling_params",
+}
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'ascendkit.runtime' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

@@ -1,0 +1,66 @@
+"""`ascendkit generate` and `ascendkit demo`: arguments here, work in LLM. The parser part has no
+heavy imports (torch and the model load only when a subcommand runs)."""
+from __future__ import annotations
+
+import argparse
+
+DEMO_PROMPTS = [
+    "What is the capital of France?",
+    "Give me three tips for writing clear code.",
+    "Explain what a KV cache is in one sentence.",
+    "Write a haiku about the sea.",
+]
+
+
+def add_generate_parsers(sub: argparse._SubParsersAction) -> None:
+    gen = sub.add_parser("generate", help="offline generation: completions plus a throughput line")
+    gen.add_argument("--model", default="default", help="'default' (embedded SmolLM2-135M-Instruct), HF dir or .gguf")
+    gen.add_argument("--prompt", action="append", required=True, help="a prompt (repeatable: one request each)")
+    gen.add_argument("--chat", action="store_true", help="wrap each prompt as a user message in the chat template")
+    _common(gen)
+    gen.set_defaults(func=_generate)
+    demo = sub.add_parser("demo", help="a few chat prompts through the embedded SmolLM2-135M-Instruct")
+    demo.add_argument("--model", default="default", help=argparse.SUPPRESS)
+    _common(demo)
+    demo.set_defaults(func=_demo, chat=True, prompt=None)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--dtype", default="float32", help="float32 | float16 | bfloat16 (fp32 on CPU)")
+    parser.add_argument("--quantize", choices=("w8a8",), default=None, help="W8A8 dynamic on every Linear but the LM head")
+    parser.add_argument("--max-model-len", type=int, default=2048)
+    parser.add_argument("--graph", choices=("auto", "off"), default="auto")
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from ascendkit.runtime.llm import LLM
+    from ascendkit.runtime.sampling_params import SamplingParams
+
+    llm = LLM(args.model, dtype=args.dtype, max_model_len=args.max_model_len, quantization=args.quantize,
+              graph=args.graph)
+    params = SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens,
+                            seed=args.seed)
+    use_tqdm = len(args.prompt) > 1
+    if args.chat:
+        outputs = llm.chat([[{"role": "user", "content": p}] for p in args.prompt], params, use_tqdm=use_tqdm)
+    else:
+        outputs = llm.generate(args.prompt, params, use_tqdm=use_tqdm)
+    for shown, out in zip(args.prompt, outputs):
+        completion = out.outputs[0]
+        print(f"### {shown}")
+        print(completion.text if completion.finish_reason != "error" else f"[error] {out.error}")
+        print(f"[{len(completion.token_ids)} tokens, finish_reason={completion.finish_reason}]\n")
+    stats = llm.last_stats
+    print(f"{stats.num_requests} requests, {stats.prompt_tokens} prompt + {stats.generated_tokens} generated tokens "
+          f"in {stats.elapsed_s:.2f} s: {stats.tokens_per_s:.1f} tokens/s "
+          f"({llm.config.device.type}, {str(llm.config.dtype).replace('torch.', '')})")
+    return 0 if all(o.outputs[0].finish_reason != "error" for o in outputs) else 1
+
+
+def _demo(args: argparse.Namespace) -> int:
+    args.prompt = DEMO_PROMPTS
+    return _generate(args)
