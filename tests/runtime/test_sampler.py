@@ -30,7 +30,7 @@ def test_penalties_match_formula():
             x = x / 1.5 if x > 0 else x * 1.5
         count = [3, 3, 4].count(tok)
         expected.append(x - 0.2 * count - (0.3 if count else 0.0))
-    assert got == [float(torch.tensor(e)) for e in expected] or all(abs(a - b) < 1e-6 for a, b in zip(got, expected))
+    torch.testing.assert_close(torch.tensor(got), torch.tensor(expected))
 
 
 def _support(params: SamplingParams, logits: torch.Tensor, draws: int = 4000) -> set[int]:
