@@ -64,10 +64,18 @@ def _decode(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, val
     """Every sequence has exactly one new token, query row b = sequence b (the decode step): one
     gather and one attention pass written straight into out, skipping the grouping of
     _run_groups (~1 ms of small ops per call, paid by every layer of every decode step)."""
-    num_k = max(int(kv_len.max()), 1)
+    shortest, longest = (int(n) for n in torch.aminmax(kv_len))
+    num_k = max(longest, 1)
     k, v = _gather_paged(key_cache, block_table, num_k), _gather_paged(value_cache, block_table, num_k)
     if softcap > 0:
         out.copy_(_attend(query[:, None], k, v, torch.ones_like(kv_len), kv_len, scale, softcap, window, True)[:, 0])
+        return
+    if shortest == num_k and not 0 < window < num_k:
+        # Every gathered row is a real key that every query sees (batch 1, or equal lengths): no
+        # stale rows to zero and nothing to mask; adding an all-zero mask would change no bit.
+        o = F.scaled_dot_product_attention(query.float()[:, :, None], k.transpose(1, 2), v.transpose(1, 2),
+                                           scale=scale, enable_gqa=True)
+        out.copy_(o[:, :, 0])
         return
     # The query sits at position kv_len - 1: causality is implied by j < kv_len (same mask as _attend).
     key_pos = torch.arange(num_k, device=query.device)

@@ -14,6 +14,14 @@ def reshape_and_cache_flash(key: torch.Tensor, value: torch.Tensor, key_cache: t
                             slot_mapping: torch.Tensor, kv_cache_dtype: str, k_scale: torch.Tensor,
                             v_scale: torch.Tensor) -> None:
     # kv_cache_dtype "auto" (the only one accepted): stored as is, the scales are unused.
+    tokens = slot_mapping.shape[0]
+    if tokens and key_cache.is_contiguous() and value_cache.is_contiguous() and int(slot_mapping.min()) >= 0:
+        # No padding slot (every decode step of a real batch): one index_copy_ per cache into its
+        # [slots, KVH, D] view instead of nonzero + index_select + two-index put (~2x less time).
+        slots = slot_mapping.long()
+        key_cache.view(-1, *key_cache.shape[2:]).index_copy_(0, slots, key[:tokens])
+        value_cache.view(-1, *value_cache.shape[2:]).index_copy_(0, slots, value[:tokens])
+        return
     valid, block, offset = _block_and_offset(slot_mapping, key_cache.shape[1])
     key_cache[block, offset] = key.index_select(0, valid)
     value_cache[block, offset] = value.index_select(0, valid)
