@@ -72,6 +72,22 @@ class LoweringReport:
         return not self.hazards
 
 
+def signature_types(kernel: Any, dtype: str, constexprs: dict[str, Any] | None = None, **overrides: str) -> dict[str, str]:
+    """A case's `arg_types` derived from the kernel's argument names: `*_ptr` arguments point to
+    `dtype`, every other runtime argument is i32, except the `overrides` (e.g. table_ptr="*i32",
+    scale="fp32"). Constexpr arguments (upper case, or named in `constexprs`) are skipped."""
+    unknown = set(overrides) - set(kernel.arg_names)
+    if unknown:
+        raise ValueError(f"overrides: {sorted(unknown)} are not arguments of {kernel.__name__}")
+    constexprs = constexprs or {}
+    types = {}
+    for arg in kernel.arg_names:
+        if arg in constexprs or arg.isupper():
+            continue
+        types[arg] = overrides.get(arg, f"*{dtype}" if arg.endswith("_ptr") else "i32")
+    return types
+
+
 # family -> function returning that family's cases; filled by @lowering_cases in kernel modules.
 _PRODUCERS: dict[str, Callable[[], list[LoweringCase]]] = {}
 

@@ -19,7 +19,7 @@ from ascendkit.kernels._attention import (
     HEAD_SIZES, attend_kv_range, check_query_tile, finish, group_rows, init_state, tile_n, upcast_dot,
 )
 from ascendkit.kernels._reduce import fast_max
-from ascendkit.kernels.ascend_gate import LoweringCase, lowering_cases
+from ascendkit.kernels.ascend_gate import LoweringCase, lowering_cases, signature_types
 from ascendkit.kernels.shape_grid import BLOCK_SIZES, DTYPES
 from ascendkit.platform import core_counts, grid_size
 
@@ -184,12 +184,8 @@ def decode(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, valu
 
 
 def _decode_types(dtype: str) -> dict[str, str]:
-    ptr = f"*{dtype}"
-    ints = ("num_seqs", "num_splits", "split_len", "max_blocks", "stride_qt", "stride_qh", "stride_ot", "stride_oh",
-            "stride_blk", "stride_tok", "stride_kh", "stride_table", "window")
-    return {"q_ptr": ptr, "k_ptr": ptr, "v_ptr": ptr, "out_ptr": ptr, "table_ptr": "*i32", "lens_ptr": "*i32",
-            "cu_q_ptr": "*i32", "acc_ws": "*fp32", "m_ws": "*fp32", "l_ws": "*fp32", **{n: "i32" for n in ints},
-            "scale": "fp32", "softcap": "fp32"}
+    return signature_types(paged_decode_kernel, dtype, table_ptr="*i32", lens_ptr="*i32", cu_q_ptr="*i32",
+                           acc_ws="*fp32", m_ws="*fp32", l_ws="*fp32", scale="fp32", softcap="fp32")
 
 
 @lowering_cases("attention_paged")

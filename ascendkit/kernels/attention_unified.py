@@ -18,7 +18,7 @@ from ascendkit.kernels._attention import (
     HEAD_SIZES, attend_kv_range, check_query_tile, finish, group_rows, init_state, tile_n, upcast_dot,
 )
 from ascendkit.kernels import attention_paged
-from ascendkit.kernels.ascend_gate import LoweringCase, lowering_cases
+from ascendkit.kernels.ascend_gate import LoweringCase, lowering_cases, signature_types
 from ascendkit.kernels.shape_grid import BLOCK_SIZES, DTYPES
 from ascendkit.platform import grid_size
 
@@ -148,11 +148,8 @@ def unified_attention(out: torch.Tensor, query: torch.Tensor, key_cache: torch.T
 
 def arg_types(dtype: str) -> dict[str, str]:
     """Lowering-case signature of flash_attention_kernel (shared with attention_varlen)."""
-    ptr = f"*{dtype}"
-    ints = ("num_seqs", "num_q_blocks", "max_blocks", "stride_qt", "stride_qh", "stride_ot", "stride_oh",
-            "stride_blk", "stride_tok", "stride_kh", "stride_table", "window")
-    return {"q_ptr": ptr, "k_ptr": ptr, "v_ptr": ptr, "out_ptr": ptr, "table_ptr": "*i32", "cu_q_ptr": "*i32",
-            "kv_ptr": "*i32", **{name: "i32" for name in ints}, "scale": "fp32", "softcap": "fp32"}
+    return signature_types(flash_attention_kernel, dtype, table_ptr="*i32", cu_q_ptr="*i32", kv_ptr="*i32",
+                           scale="fp32", softcap="fp32")
 
 
 @lowering_cases("attention_unified")
