@@ -1,5 +1,5 @@
-"""MHA/GQA attention over the paged KV cache (Llama family): merged qkv projection, optional
-Qwen3 q/k norm, rope, reshape_and_cache_flash, unified_attention, o_proj."""
+"""MHA/GQA attention over the paged KV cache (Llama family, Gemma 3): merged qkv projection,
+optional Qwen3/Gemma q/k norm, rope, reshape_and_cache_flash, unified_attention, o_proj."""
 from __future__ import annotations
 
 import torch
@@ -14,17 +14,19 @@ from ascendkit.model.rotary import RotaryEmbedding
 class Attention(nn.Module):
     def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: int, head_dim: int, rotary: RotaryEmbedding,
                  qkv_bias: bool = False, o_bias: bool = False, qk_norm_eps: float | None = None,
-                 sliding_window: int = 0) -> None:
-        """qk_norm_eps set = Qwen3's per-head RMSNorm on q and k (weights q_norm/k_norm [head_dim])."""
+                 sliding_window: int = 0, scale: float | None = None, norm_offset: float = 0.0) -> None:
+        """qk_norm_eps set = per-head RMSNorm on q and k (weights q_norm/k_norm [head_dim]; Qwen3,
+        Gemma 3 with norm_offset 1). scale: softmax scale, default head_dim ** -0.5.
+        sliding_window: 0 = full attention."""
         super().__init__()
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
         self.sliding_window = sliding_window
-        self.scale = head_dim ** -0.5
+        self.scale = head_dim ** -0.5 if scale is None else scale
         self.qkv_proj = Linear(hidden_size, [num_heads * head_dim, num_kv_heads * head_dim, num_kv_heads * head_dim],
                                bias=qkv_bias, shard_names=["q_proj", "k_proj", "v_proj"])
         self.o_proj = Linear(num_heads * head_dim, hidden_size, bias=o_bias)
-        self.q_norm = RMSNorm(head_dim, qk_norm_eps) if qk_norm_eps is not None else None
-        self.k_norm = RMSNorm(head_dim, qk_norm_eps) if qk_norm_eps is not None else None
+        self.q_norm = RMSNorm(head_dim, qk_norm_eps, norm_offset) if qk_norm_eps is not None else None
+        self.k_norm = RMSNorm(head_dim, qk_norm_eps, norm_offset) if qk_norm_eps is not None else None
         self.rotary = rotary
         self.key_cache: torch.Tensor | None = None  # [num_blocks, block_size, num_kv_heads, head_dim]
         self.value_cache: torch.Tensor | None = None

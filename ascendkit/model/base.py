@@ -1,5 +1,6 @@
-"""The decoder skeleton shared by the model zoo: token embedding, pre-norm decoder layers with
-vLLM's fused residual, final norm, LM head (tied or not), and per-layer paged KV caches.
+"""The decoder skeleton shared by the model zoo: token embedding (optionally scaled, Gemma),
+pre-norm decoder layers with vLLM's fused residual, final norm, LM head (tied or not, optional
+final logit soft-capping), and per-layer paged KV caches.
 
 Parameter names follow HF checkpoints (model.embed_tokens.weight, model.layers.N.self_attn...,
 lm_head.weight); merged projections are resolved by the weight loader.
@@ -36,15 +37,22 @@ class DecoderLayer(nn.Module):
 
 
 class DecoderModel(nn.Module):
-    def __init__(self, config: ModelConfig, layers: list[DecoderLayer]) -> None:
+    def __init__(self, config: ModelConfig, layers: list[nn.Module], embed_scale: float | None = None,
+                 norm_offset: float = 0.0) -> None:
+        """layers: modules with DecoderLayer's forward signature. embed_scale multiplies the
+        embeddings (Gemma: sqrt(hidden), rounded to the model dtype as HF does). norm_offset: the
+        final norm's checkpoint_offset."""
         super().__init__()
         weight = torch.empty(config.vocab_size, config.hidden_size)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, _weight=weight, _freeze=True)
+        self.embed_scale = None if embed_scale is None else float(torch.tensor(embed_scale, dtype=weight.dtype))
         self.layers = nn.ModuleList(layers)
-        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, norm_offset)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         h, residual = self.embed_tokens(input_ids), None
+        if self.embed_scale is not None:
+            h = h * self.embed_scale
         for layer in self.layers:
             h, residual = layer(positions, h, residual, meta)
         h, _ = self.norm(h, residual)
@@ -66,7 +74,9 @@ class CausalLM(nn.Module):
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [N, hidden_size] -> fp32 logits [N, vocab_size]."""
         weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return F.linear(hidden, weight).float()
+        logits = F.linear(hidden, weight).float()
+        cap = self.config.final_logit_softcapping
+        return torch.tanh(logits / cap) * cap if cap else logits
 
     def attention_layers(self) -> list[nn.Module]:
         return [layer.self_attn for layer in self.model.layers]

@@ -1,5 +1,6 @@
 """ModelConfig: the fields of an HF config.json the model zoo reads, normalised across
-transformers 4.x (`rope_theta` + `rope_scaling`) and 5.x (`rope_parameters`) spellings."""
+transformers 4.x (`rope_theta` + `rope_scaling`) and 5.x (`rope_parameters`) spellings, with
+Gemma 3's defaults (HF's Gemma3TextConfig) filled in where its config.json leaves them out."""
 from __future__ import annotations
 
 import json
@@ -14,6 +15,18 @@ ARCHITECTURES = {
     "Qwen2ForCausalLM": "llama",
     "Qwen3ForCausalLM": "llama",
     "DeepseekV2ForCausalLM": "deepseek_v2",
+    "Gemma3ForCausalLM": "gemma3",
+}
+
+# HF config spelling of the MLP activation -> the ascendkit gated-activation op prefix.
+ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh"}
+
+# Gemma3TextConfig's defaults: a config.json written by transformers omits fields left at them,
+# and a GGUF carries none of these.
+_GEMMA3_DEFAULTS = {
+    "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": 256,
+    "sliding_window": 4096, "sliding_window_pattern": 6, "rope_theta": 1_000_000.0,
+    "rope_local_base_freq": 10_000.0, "tie_word_embeddings": True, "rms_norm_eps": 1e-6,
 }
 
 
@@ -37,6 +50,13 @@ class ModelConfig:
     qk_norm: bool = False  # Qwen3: per-head RMSNorm on q and k before rope
     mlp_bias: bool = False
     sliding_window: int = 0  # 0 = full attention (unified_attention convention)
+    hidden_act: str = "silu"  # key of ACTIVATIONS
+    # Per-layer "sliding_attention" / "full_attention" (Gemma 3); empty: every layer uses
+    # sliding_window and rope_theta as above.
+    layer_types: list[str] = field(default_factory=list)
+    local_rope_theta: float = 10000.0  # rope base of the sliding layers when layer_types is set
+    attention_scale: float | None = None  # softmax scale; None = head_dim ** -0.5
+    final_logit_softcapping: float = 0.0  # 0 = off
     bos_token_id: int | None = None
     eos_token_id: list[int] = field(default_factory=list)
     raw: dict[str, Any] = field(default_factory=dict, repr=False)  # the whole config.json (DeepSeek fields etc.)
@@ -50,10 +70,39 @@ class ModelConfig:
 
 
 def _rope(raw: dict) -> tuple[float, dict | None]:
-    params = dict(raw.get("rope_parameters") or raw.get("rope_scaling") or {})
+    params = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
+    if "full_attention" in params:  # transformers 5 spells Gemma 3's rope per layer type
+        params = params["full_attention"]
+    params = dict(params)
     theta = float(params.pop("rope_theta", raw.get("rope_theta", 10000.0)))
     kind = params.get("rope_type", params.get("type", "default"))
     return theta, (params if kind != "default" else None)
+
+
+def _gemma3_fields(raw: dict, source: str) -> dict:
+    """Layer types, the sliding layers' rope base and the attention scale of a Gemma 3 config."""
+    if raw.get("use_bidirectional_attention"):
+        raise ValueError(f"{source}: use_bidirectional_attention is not supported (causal decoding only)")
+    if raw.get("attn_logit_softcapping"):
+        # transformers' Gemma 3 stores the field but never applies it, and released Gemma 3
+        # checkpoints leave it null: refuse rather than pick one of two disagreeing meanings.
+        raise ValueError(f"{source}: attn_logit_softcapping is not supported for Gemma 3 (must be null)")
+    local = (raw.get("rope_parameters") or {}).get("sliding_attention") or {}
+    if local.get("rope_type", "default") != "default":
+        raise ValueError(f"{source}: rope_type {local['rope_type']!r} on sliding layers is not supported")
+    pattern = raw["sliding_window_pattern"]
+    types = raw.get("layer_types") or [
+        "full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(raw["num_hidden_layers"])]
+    unknown = set(types) - {"full_attention", "sliding_attention"}
+    if unknown or len(types) != raw["num_hidden_layers"]:
+        raise ValueError(f"{source}: layer_types must name each of the {raw['num_hidden_layers']} layers "
+                         f"'full_attention' or 'sliding_attention', got {types}")
+    return {
+        "layer_types": list(types),
+        "local_rope_theta": float(local.get("rope_theta", raw["rope_local_base_freq"])),
+        "attention_scale": float(raw["query_pre_attn_scalar"]) ** -0.5,
+        "final_logit_softcapping": float(raw.get("final_logit_softcapping") or 0.0),
+    }
 
 
 def parse_config(raw: dict, source: str = "config.json") -> ModelConfig:
@@ -64,8 +113,13 @@ def parse_config(raw: dict, source: str = "config.json") -> ModelConfig:
     arch = archs[0]
     if arch not in ARCHITECTURES:
         raise ValueError(f"{source}: unknown architecture {arch!r}; supported: {sorted(ARCHITECTURES)}")
-    if raw.get("hidden_act", "silu") != "silu":
-        raise ValueError(f"{source}: hidden_act {raw['hidden_act']!r} is not supported (only silu)")
+    gemma3 = ARCHITECTURES[arch] == "gemma3"
+    if gemma3:
+        raw = {**_GEMMA3_DEFAULTS, **{k: v for k, v in raw.items() if v is not None}}
+    act_key = "hidden_activation" if "hidden_activation" in raw else "hidden_act"
+    act = raw.get(act_key, "silu")
+    if act not in ACTIVATIONS:
+        raise ValueError(f"{source}: {act_key} {act!r} is not supported (supported: {sorted(ACTIVATIONS)})")
     heads = raw["num_attention_heads"]
     theta, scaling = _rope(raw)
     window = raw.get("sliding_window")
@@ -91,12 +145,14 @@ def parse_config(raw: dict, source: str = "config.json") -> ModelConfig:
         tie_word_embeddings=raw.get("tie_word_embeddings", False),
         qkv_bias=arch == "Qwen2ForCausalLM" or raw.get("attention_bias", False),
         o_bias=arch != "Qwen2ForCausalLM" and raw.get("attention_bias", False),
-        qk_norm=arch == "Qwen3ForCausalLM",
         mlp_bias=raw.get("mlp_bias", False),
         sliding_window=window or 0,
         bos_token_id=raw.get("bos_token_id"),
         eos_token_id=[] if eos is None else ([eos] if isinstance(eos, int) else list(eos)),
+        hidden_act=act,
+        qk_norm=arch == "Qwen3ForCausalLM" or gemma3,
         raw=raw,
+        **(_gemma3_fields(raw, source) if gemma3 else {}),
     )
 
 

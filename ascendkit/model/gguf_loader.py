@@ -1,10 +1,14 @@
-"""GGUF files (llama.cpp, Llama architecture): config and tensors in HF layout.
+"""GGUF files (llama.cpp; architectures llama and gemma3): config and tensors in HF layout.
 
-Tensors are dequantized one at a time with the gguf package. llama.cpp's converter permutes the
-rows of attn_q / attn_k so that rope rotates interleaved pairs; HF (and our neox rope) rotate
-halves, so those rows are permuted back. attn_v is not permuted. A file without `output.weight`
-ties the LM head to token_embd. Rope scaling comes from llama.rope.scaling.* (linear, yarn);
-files with a rope_freqs tensor (Llama 3.1 per-frequency factors) are refused.
+Tensors are dequantized one at a time with the gguf package. For llama, llama.cpp's converter
+permutes the rows of attn_q / attn_k so that rope rotates interleaved pairs; HF (and our neox
+rope) rotate halves, so those rows are permuted back. attn_v is not permuted. For gemma3 nothing
+is permuted, but every norm weight is stored as 1 + w (HF's checkpoints hold w), so 1 is
+subtracted to give HF's tensors, as transformers' own GGUF loader does. A file without
+`output.weight` ties the LM head to token_embd. Rope scaling comes from <arch>.rope.scaling.*
+(linear, yarn); files with a rope_freqs tensor (Llama 3.1 per-frequency factors) are refused.
+Gemma 3 fields a GGUF does not carry (local rope base, layer pattern, query_pre_attn_scalar)
+take HF's Gemma3TextConfig defaults, as transformers does.
 """
 from __future__ import annotations
 
@@ -19,7 +23,6 @@ from ascendkit.model.config import ModelConfig, parse_config
 
 _LAYER_NAMES = {
     "attn_norm": "input_layernorm",
-    "ffn_norm": "post_attention_layernorm",
     "attn_q": "self_attn.q_proj",
     "attn_k": "self_attn.k_proj",
     "attn_v": "self_attn.v_proj",
@@ -28,6 +31,19 @@ _LAYER_NAMES = {
     "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
 }
+# Names that differ per architecture: llama's ffn_norm is HF's post_attention_layernorm (pre-MLP);
+# gemma3 normalises both sides of attention and of the MLP.
+_ARCH_LAYER_NAMES = {
+    "llama": {"ffn_norm": "post_attention_layernorm"},
+    "gemma3": {
+        "post_attention_norm": "post_attention_layernorm",
+        "ffn_norm": "pre_feedforward_layernorm",
+        "post_ffw_norm": "post_feedforward_layernorm",
+        "attn_q_norm": "self_attn.q_norm",
+        "attn_k_norm": "self_attn.k_norm",
+    },
+}
+_HF_ARCHITECTURES = {"llama": "LlamaForCausalLM", "gemma3": "Gemma3ForCausalLM"}
 _GLOBAL_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 
 
@@ -48,12 +64,14 @@ class GGUFFile:
                 self.metadata[key] = field.contents()
             except Exception as exc:
                 raise ValueError(f"{self.path}: corrupt metadata field {key!r} ({exc})") from exc
-        arch = self.metadata.get("general.architecture")
-        if arch != "llama":
-            raise ValueError(f"{self.path}: GGUF architecture {arch!r} is not supported (only 'llama')")
+        self.arch = self.metadata.get("general.architecture")
+        if self.arch not in _ARCH_LAYER_NAMES:
+            raise ValueError(f"{self.path}: GGUF architecture {self.arch!r} is not supported "
+                             f"(supported: {sorted(_ARCH_LAYER_NAMES)})")
+        self.layer_names = {**_LAYER_NAMES, **_ARCH_LAYER_NAMES[self.arch]}
 
     def config(self) -> ModelConfig:
-        m, p = self.metadata, "llama."
+        m, p = self.metadata, self.arch + "."
         heads = m[p + "attention.head_count"]
         names = {t.name for t in self.reader.tensors}
         if "rope_freqs.weight" in names:
@@ -61,7 +79,7 @@ class GGUFFile:
             # parameters, which this tensor does not carry; refuse rather than rotate wrongly.
             raise ValueError(f"{self.path}: tensor 'rope_freqs.weight' (per-frequency rope factors) is not supported")
         raw = {
-            "architectures": ["LlamaForCausalLM"],
+            "architectures": [_HF_ARCHITECTURES[self.arch]],
             "vocab_size": m.get(p + "vocab_size") or len(m["tokenizer.ggml.tokens"]),
             "hidden_size": m[p + "embedding_length"],
             "intermediate_size": m[p + "feed_forward_length"],
@@ -76,6 +94,7 @@ class GGUFFile:
             "tie_word_embeddings": "output.weight" not in names,
             "bos_token_id": m.get("tokenizer.ggml.bos_token_id"),
             "eos_token_id": m.get("tokenizer.ggml.eos_token_id"),
+            "sliding_window": m.get(p + "attention.sliding_window"),
         }
         return parse_config(raw, self.path)
 
@@ -85,7 +104,7 @@ class GGUFFile:
 
         cfg = self.config()
         for t in self.reader.tensors:
-            name = _hf_name(t.name)
+            name = _hf_name(t.name, self.layer_names)
             try:
                 array = gguf.quants.dequantize(t.data, t.tensor_type)
             except Exception as exc:
@@ -93,9 +112,11 @@ class GGUFFile:
             expected = tuple(int(d) for d in reversed(t.shape))  # GGUF lists dims fastest-first
             if tuple(array.shape) != expected:
                 raise ValueError(f"{self.path}: tensor {t.name!r} has data shaped {array.shape}, header says {expected}")
-            if name.endswith("q_proj.weight"):
+            if self.arch == "gemma3" and name.endswith("norm.weight"):
+                array = array - 1.0  # stored as 1 + w
+            elif self.arch == "llama" and name.endswith("q_proj.weight"):
                 array = _unpermute(array, cfg.num_attention_heads)
-            elif name.endswith("k_proj.weight"):
+            elif self.arch == "llama" and name.endswith("k_proj.weight"):
                 array = _unpermute(array, cfg.num_key_value_heads)
             yield self.path, name, torch.tensor(array, dtype=dtype)  # copies out of the read-only memmap
 
@@ -111,11 +132,11 @@ def _rope_scaling(m: dict[str, Any], p: str) -> dict | None:
     return scaling
 
 
-def _hf_name(gguf_name: str) -> str:
+def _hf_name(gguf_name: str, layer_names: dict[str, str]) -> str:
     base, _, param = gguf_name.rpartition(".")
     match = re.fullmatch(r"blk\.(\d+)\.(\w+)", base)
-    if match and match.group(2) in _LAYER_NAMES:
-        return f"model.layers.{match.group(1)}.{_LAYER_NAMES[match.group(2)]}.{param}"
+    if match and match.group(2) in layer_names:
+        return f"model.layers.{match.group(1)}.{layer_names[match.group(2)]}.{param}"
     if base in _GLOBAL_NAMES:
         return f"{_GLOBAL_NAMES[base]}.{param}"
     return gguf_name  # unknown: the weight loader reports it as unexpected

@@ -20,7 +20,7 @@ class LlamaForCausalLM(CausalLM):
                 Attention(c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim, rotary,
                           qkv_bias=c.qkv_bias, o_bias=c.o_bias, qk_norm_eps=c.rms_norm_eps if c.qk_norm else None,
                           sliding_window=c.sliding_window),
-                GatedMLP(c.hidden_size, c.intermediate_size, bias=c.mlp_bias),
+                GatedMLP(c.hidden_size, c.intermediate_size, bias=c.mlp_bias, hidden_act=c.hidden_act),
             )
             for _ in range(c.num_hidden_layers)
         ]

@@ -29,6 +29,9 @@ def model_class(config: ModelConfig) -> type[nn.Module]:
     if config.family == "deepseek_v2":
         from ascendkit.model.deepseek_v2 import DeepseekV2ForCausalLM
         return DeepseekV2ForCausalLM
+    if config.family == "gemma3":
+        from ascendkit.model.gemma3 import Gemma3ForCausalLM
+        return Gemma3ForCausalLM
     from ascendkit.model.llama import LlamaForCausalLM
     return LlamaForCausalLM
 

@@ -1,20 +1,24 @@
-"""Gated MLP (SwiGLU): down(silu(gate(x)) * up(x)) with gate/up merged into one matmul."""
+"""Gated MLP: down(act(gate(x)) * up(x)) with gate/up merged into one matmul; act is SiLU
+(SwiGLU, Llama family) or tanh-approximated GELU (GeGLU, Gemma)."""
 from __future__ import annotations
 
 import torch
 from torch import nn
 
 import ascendkit.ops as ak
+from ascendkit.model.config import ACTIVATIONS
 from ascendkit.model.linear import Linear
 
 
 class GatedMLP(nn.Module):
-    def __init__(self, hidden_size: int, intermediate_size: int, bias: bool = False) -> None:
+    def __init__(self, hidden_size: int, intermediate_size: int, bias: bool = False, hidden_act: str = "silu") -> None:
+        """hidden_act: HF spelling, a key of ACTIVATIONS ("silu", "gelu_pytorch_tanh")."""
         super().__init__()
+        self.act_and_mul = getattr(ak, f"{ACTIVATIONS[hidden_act]}_and_mul")
         self.gate_up_proj = Linear(hidden_size, [intermediate_size, intermediate_size], bias=bias,
                                    shard_names=["gate_proj", "up_proj"])
         self.down_proj = Linear(intermediate_size, hidden_size, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [T, hidden] -> [T, hidden]."""
-        return self.down_proj(ak.silu_and_mul(self.gate_up_proj(x)))
+        return self.down_proj(self.act_and_mul(self.gate_up_proj(x)))

@@ -124,7 +124,8 @@ def save_w8a8(model: nn.Module, directory: str | Path, raw_config: dict) -> None
         prefix, _, kind = name.rpartition(".")
         linear = linears.get(prefix)
         if linear is None or not linear.shard_names:
-            tensors[name] = _stored(kind, param)
+            offset = getattr(param, "checkpoint_offset", 0.0)  # Gemma norms: store HF's w, not 1 + w
+            tensors[name] = _stored(kind, param - offset if offset else param)
             continue
         base = prefix.rpartition(".")[0]
         for shard, (offset, rows) in linear.shard_offsets().items():

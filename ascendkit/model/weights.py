@@ -64,6 +64,9 @@ def _copy(file: str, name: str, tensor: torch.Tensor, target: _Target) -> None:
                          f"{'int8 (W8A8)' if param.dtype == torch.int8 else 'a float dtype'}")
     if name.endswith(("weight_scale", "input_scale")):
         tensor = tensor.reshape(-1)  # compressed-tensors stores [N, 1] / [1]
+    checkpoint_offset = getattr(param, "checkpoint_offset", 0.0)
+    if checkpoint_offset:
+        tensor = tensor.float() + checkpoint_offset  # Gemma's (1 + w) norm weights, rounded once into param
     dest = param if rows < 0 else param[offset: offset + rows]
     if tuple(tensor.shape) != tuple(dest.shape):
         raise ValueError(f"{file}: tensor {name!r} has shape {tuple(tensor.shape)}, expected {tuple(dest.shape)}")

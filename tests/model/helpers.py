@@ -55,12 +55,19 @@ def hf_logits(hf_model, ids: list[int]) -> torch.Tensor:
         return hf_model(torch.tensor([ids])).logits[0].float()
 
 
-def save_tiny(hf_config, directory, seed: int = 0):
-    """Random-weight HF model from a config, saved as safetensors; returns the HF model (eval)."""
+def save_tiny(hf_config, directory, seed: int = 0, randomize_norms: bool = False):
+    """Random-weight HF model from a config, saved as safetensors; returns the HF model (eval).
+    randomize_norms: fill every norm weight with random values (HF initialises them to a
+    constant, which would hide a wrong norm weight convention)."""
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(hf_config, attn_implementation="eager").float().eval()
+    if randomize_norms:
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                if name.endswith("norm.weight"):
+                    param.uniform_(-0.5, 0.5)
     model.save_pretrained(directory)
     return model
 

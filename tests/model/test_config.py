@@ -37,7 +37,38 @@ def test_architecture_quirks():
     ({"architectures": ["GPT2LMHeadModel"]}, "unknown architecture 'GPT2LMHeadModel'"),
     ({}, "no 'architectures'"),
     ({"architectures": ["LlamaForCausalLM"], "hidden_act": "gelu"}, "hidden_act 'gelu'"),
+    ({"architectures": ["Gemma3ForCausalLM"], "hidden_activation": "relu"}, "hidden_activation 'relu'"),
+    ({"architectures": ["Gemma3ForCausalLM"], "layer_types": ["full_attention"]}, "layer_types must name each"),
+    ({"architectures": ["Gemma3ForCausalLM"], "layer_types": ["full_attention", "chunked"]}, "layer_types"),
+    ({"architectures": ["Gemma3ForCausalLM"], "use_bidirectional_attention": True}, "use_bidirectional"),
+    ({"architectures": ["Gemma3ForCausalLM"], "attn_logit_softcapping": 50.0}, "attn_logit_softcapping"),
+    ({"architectures": ["Gemma3ForCausalLM"], "rope_parameters": {
+        "full_attention": {"rope_type": "default", "rope_theta": 1e6},
+        "sliding_attention": {"rope_type": "yarn", "factor": 2.0}}}, "rope_type 'yarn' on sliding layers"),
 ])
 def test_rejected_configs_name_the_file(raw, message):
     with pytest.raises(ValueError, match=f"^my/config.json: {message}"):
         parse_config({**BASE, **raw}, "my/config.json")
+
+
+def test_gemma3_defaults_and_both_rope_spellings():
+    """Fields a Gemma 3 config.json omits take Gemma3TextConfig's defaults; the 4.x spelling
+    (rope_theta, rope_local_base_freq, rope_scaling for the full layers) equals the 5.x
+    rope_parameters per layer type."""
+    from transformers import Gemma3TextConfig
+
+    arch = {"architectures": ["Gemma3ForCausalLM"], "num_hidden_layers": 7}
+    bare = parse_config({**BASE, **arch})
+    hf = Gemma3TextConfig(num_hidden_layers=7)
+    assert bare.layer_types == hf.layer_types and bare.sliding_window == hf.sliding_window
+    assert bare.head_dim == 256 and bare.tie_word_embeddings and bare.hidden_act == "gelu_pytorch_tanh"
+    assert bare.attention_scale == 256 ** -0.5 and bare.qk_norm and bare.final_logit_softcapping == 0.0
+    assert (bare.rope_theta, bare.local_rope_theta, bare.rope_scaling) == (1e6, 1e4, None)
+    v4 = parse_config({**BASE, **arch, "rope_theta": 5e5, "rope_local_base_freq": 100.0,
+                       "rope_scaling": {"rope_type": "linear", "factor": 8.0}, "query_pre_attn_scalar": 144})
+    v5 = parse_config({**BASE, **arch, "query_pre_attn_scalar": 144, "rope_parameters": {
+        "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 5e5},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 100.0}}})
+    for c in (v4, v5):
+        assert (c.rope_theta, c.local_rope_theta, c.attention_scale) == (5e5, 100.0, 144 ** -0.5)
+        assert c.rope_scaling == {"rope_type": "linear", "factor": 8.0}

@@ -1,0 +1,66 @@
+"""Gemma3ForCausalLM (text): GeGLU MLP, (1 + w) RMSNorms before and after both attention and MLP,
+q/k norm, embeddings scaled by sqrt(hidden), softmax scale query_pre_attn_scalar ** -0.5, and
+per-layer attention: sliding-window layers use a local rope base, full layers the global one
+(with rope scaling, if any). LM head tied to the embeddings unless the checkpoint has one."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ascendkit.model.attention import Attention
+from ascendkit.model.attention_metadata import AttentionMetadata
+from ascendkit.model.base import CausalLM, DecoderModel
+from ascendkit.model.config import ModelConfig
+from ascendkit.model.mlp import GatedMLP
+from ascendkit.model.norm import RMSNorm
+from ascendkit.model.rotary import RotaryEmbedding
+
+NORM_OFFSET = 1.0  # Gemma norms scale by (1 + w)
+
+
+class SandwichDecoderLayer(nn.Module):
+    """Normalises the input and the output of both attention and MLP (Gemma 2/3); the residual
+    adds are fused into the input norm and the pre-feedforward norm."""
+
+    def __init__(self, hidden_size: int, eps: float, self_attn: Attention, mlp: GatedMLP) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(hidden_size, eps, NORM_OFFSET)
+        self.self_attn = self_attn
+        self.post_attention_layernorm = RMSNorm(hidden_size, eps, NORM_OFFSET)
+        self.pre_feedforward_layernorm = RMSNorm(hidden_size, eps, NORM_OFFSET)
+        self.mlp = mlp
+        self.post_feedforward_layernorm = RMSNorm(hidden_size, eps, NORM_OFFSET)
+
+    def forward(self, positions: torch.Tensor, h: torch.Tensor, residual: torch.Tensor | None,
+                meta: AttentionMetadata) -> tuple[torch.Tensor, torch.Tensor]:
+        if residual is None:
+            residual, h = h, self.input_layernorm(h)
+        else:
+            h, residual = self.input_layernorm(h, residual)
+        h = self.post_attention_layernorm(self.self_attn(positions, h, meta))
+        h, residual = self.pre_feedforward_layernorm(h, residual)
+        return self.post_feedforward_layernorm(self.mlp(h)), residual
+
+
+class Gemma3ForCausalLM(CausalLM):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__(config)
+        c = config
+        rotary = {
+            "full_attention": RotaryEmbedding(c.head_dim, c.head_dim, c.max_position_embeddings, c.rope_theta,
+                                              c.rope_scaling, is_neox=True),
+            "sliding_attention": RotaryEmbedding(c.head_dim, c.head_dim, c.max_position_embeddings,
+                                                 c.local_rope_theta, None, is_neox=True),
+        }
+        layers = [
+            SandwichDecoderLayer(
+                c.hidden_size, c.rms_norm_eps,
+                Attention(c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim, rotary[kind],
+                          qkv_bias=c.qkv_bias, o_bias=c.o_bias, qk_norm_eps=c.rms_norm_eps,
+                          sliding_window=c.sliding_window if kind == "sliding_attention" else 0,
+                          scale=c.attention_scale, norm_offset=NORM_OFFSET),
+                GatedMLP(c.hidden_size, c.intermediate_size, hidden_act=c.hidden_act),
+            )
+            for kind in c.layer_types
+        ]
+        self.model = DecoderModel(c, layers, embed_scale=c.hidden_size ** 0.5, norm_offset=NORM_OFFSET)
