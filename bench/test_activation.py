@@ -1,4 +1,4 @@
-"""Microbenchmarks: silu_and_mul (cases: ascendkit/bench/cases/activation.py)."""
+"""Microbenchmarks: silu_and_mul, gelu_tanh_and_mul (cases: ascendkit/bench/cases/activation.py)."""
 from ascendkit.bench.kernels import benchmark_case
 
 FAMILY = "activation"

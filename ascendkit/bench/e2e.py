@@ -24,9 +24,9 @@ FIRST_PLAIN_TOKEN = 100
 
 
 def model_path(model: str) -> Path:
-    from ascendkit.model import default_model_path
+    from ascendkit.model import EMBEDDED_MODELS, embedded_model_path
 
-    return Path(default_model_path() if model == "default" else model)
+    return Path(embedded_model_path(model) if model in EMBEDDED_MODELS else model)
 
 
 def synthetic_prompts(num_prompts: int, input_len: int, vocab_size: int, seed: int = 0) -> list[list[int]]:

@@ -1,5 +1,6 @@
-"""SiLU-and-multiply (the gated MLP activation): a vector kernel persistent over rows,
-chunked over the output width."""
+"""Gated activations (the MLP's act(gate) * up): one vector kernel, persistent over rows and
+chunked over the output width, with the activation chosen by a constexpr: SiLU (SwiGLU, Llama
+family) or tanh-approximated GELU (GeGLU, Gemma)."""
 from __future__ import annotations
 
 import torch
@@ -12,10 +13,23 @@ from ascendkit.platform import grid_size
 
 # Gate + up inputs, their fp32 copies and the product: ~20 bytes per element -> 2048 is ~40 KB.
 MAX_BLOCK = 2048
+ACTIVATIONS = ("silu", "gelu_tanh")
+
+
+@triton.jit
+def apply_activation(x, ACTIVATION: tl.constexpr):
+    """x fp32. gelu_tanh: 0.5·x·(1 + tanh(z)) = x·sigmoid(2z), z = sqrt(2/pi)·(x + 0.044715·x³)
+    (2·sqrt(2/pi) = 1.5957691216057308): tl has no tanh that lowers for Ascend, sigmoid does, and
+    it saturates to exactly 0 / 1 for large |x|."""
+    if ACTIVATION == "silu":
+        return x * tl.sigmoid(x)
+    else:
+        return x * tl.sigmoid(1.5957691216057308 * (x + 0.044715 * x * x * x))
 
 
 @triton.jit(do_not_specialize=["n_rows", "x_stride", "out_stride"])
-def silu_and_mul_kernel(x_ptr, out_ptr, n_rows, x_stride, out_stride, D: tl.constexpr, BLOCK: tl.constexpr):
+def gated_activation_kernel(x_ptr, out_ptr, n_rows, x_stride, out_stride, D: tl.constexpr, BLOCK: tl.constexpr,
+                            ACTIVATION: tl.constexpr):
     cols = tl.arange(0, BLOCK)
     for row in range(tl.program_id(0), n_rows, tl.num_programs(0)):
         x_row = x_ptr + tl.cast(row, tl.int64) * x_stride
@@ -24,7 +38,7 @@ def silu_and_mul_kernel(x_ptr, out_ptr, n_rows, x_stride, out_stride, D: tl.cons
             mask = cols < D - start
             gate = tl.load(x_row + start + cols, mask=mask, other=0.0).to(tl.float32)
             up = tl.load(x_row + D + start + cols, mask=mask, other=0.0).to(tl.float32)
-            y = gate * tl.sigmoid(gate) * up
+            y = apply_activation(gate, ACTIVATION) * up
             tl.store(out_row + start + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
@@ -32,26 +46,35 @@ def block_for(width: int) -> int:
     return min(triton.next_power_of_2(width), MAX_BLOCK)
 
 
-def silu_and_mul(out: torch.Tensor, input: torch.Tensor) -> None:
+def _launch(out: torch.Tensor, input: torch.Tensor, activation: str) -> None:
     d = out.shape[-1]
     x2, out2 = input.view(-1, 2 * d), out.view(-1, d)
     rows = x2.shape[0]
     if rows == 0:
         return
-    silu_and_mul_kernel[(grid_size(input.device, rows),)](
-        x2, out2, rows, x2.stride(0), out2.stride(0), D=d, BLOCK=block_for(d)
+    gated_activation_kernel[(grid_size(input.device, rows),)](
+        x2, out2, rows, x2.stride(0), out2.stride(0), D=d, BLOCK=block_for(d), ACTIVATION=activation
     )
+
+
+def silu_and_mul(out: torch.Tensor, input: torch.Tensor) -> None:
+    _launch(out, input, "silu")
+
+
+def gelu_tanh_and_mul(out: torch.Tensor, input: torch.Tensor) -> None:
+    _launch(out, input, "gelu_tanh")
 
 
 @lowering_cases("activation")
 def _cases() -> list[LoweringCase]:
     return [
         LoweringCase(
-            name=f"silu_and_mul[d={d},{dtype}]",
-            kernel=silu_and_mul_kernel,
+            name=f"{activation}_and_mul[d={d},{dtype}]",
+            kernel=gated_activation_kernel,
             arg_types={"x_ptr": f"*{dtype}", "out_ptr": f"*{dtype}", "n_rows": "i32", "x_stride": "i32", "out_stride": "i32"},
-            constexprs={"D": d, "BLOCK": block_for(d)},
+            constexprs={"D": d, "BLOCK": block_for(d), "ACTIVATION": activation},
         )
+        for activation in ACTIVATIONS
         for dtype in DTYPES
         for d in INTERMEDIATE_SIZES
     ]

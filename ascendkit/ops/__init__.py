@@ -1,7 +1,7 @@
 """torch.ops.ascend.* registration (importing this package registers every op) and functional
 wrappers that allocate outputs: `ascendkit.ops.rms_norm(x, w, eps)` etc."""
 from ascendkit.ops._registry import REGISTERED, kernel_path
-from ascendkit.ops.activation import silu_and_mul
+from ascendkit.ops.activation import gelu_tanh_and_mul, silu_and_mul
 from ascendkit.ops.attention import flash_attention_varlen, paged_attention, unified_attention
 from ascendkit.ops.kv_cache import concat_and_cache_mla, reshape_and_cache_flash
 from ascendkit.ops.mask import causal_mask
@@ -12,7 +12,7 @@ from ascendkit.ops.rope import rotary_embedding
 
 __all__ = [
     "REGISTERED", "kernel_path",
-    "rms_norm", "fused_add_rms_norm", "silu_and_mul", "rotary_embedding",
+    "rms_norm", "fused_add_rms_norm", "silu_and_mul", "gelu_tanh_and_mul", "rotary_embedding",
     "reshape_and_cache_flash", "concat_and_cache_mla", "causal_mask",
     "paged_attention", "flash_attention_varlen", "unified_attention", "mla_attention",
     "static_scaled_int8_quant", "dynamic_scaled_int8_quant", "scaled_mm", "w8a8_linear",

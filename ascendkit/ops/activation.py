@@ -1,4 +1,4 @@
-"""Op: silu_and_mul (vLLM argument order)."""
+"""Ops: silu_and_mul, gelu_tanh_and_mul (vLLM argument order: out first)."""
 from __future__ import annotations
 
 import torch
@@ -20,17 +20,32 @@ def _validate(out: torch.Tensor, input: torch.Tensor) -> None:
     check_rows_viewable("out", out)
 
 
-silu_and_mul_op = register_op(
-    "silu_and_mul",
-    "(Tensor! out, Tensor input) -> ()",
-    validate=_validate,
-    reference=reference.silu_and_mul,
-    triton="ascendkit.kernels.activation:silu_and_mul",
-)
+def _register(name: str):
+    return register_op(
+        name,
+        "(Tensor! out, Tensor input) -> ()",
+        validate=_validate,
+        reference=getattr(reference, name),
+        triton=f"ascendkit.kernels.activation:{name}",
+    )
+
+
+silu_and_mul_op = _register("silu_and_mul")
+gelu_tanh_and_mul_op = _register("gelu_tanh_and_mul")
+
+
+def _gated(op, input: torch.Tensor) -> torch.Tensor:
+    out = torch.empty((*input.shape[:-1], input.shape[-1] // 2), dtype=input.dtype, device=input.device)
+    op(out, input)
+    return out
 
 
 def silu_and_mul(input: torch.Tensor) -> torch.Tensor:
     """input [..., 2d] (fp16/bf16/fp32) -> silu(input[..., :d]) * input[..., d:], shape [..., d]."""
-    out = torch.empty((*input.shape[:-1], input.shape[-1] // 2), dtype=input.dtype, device=input.device)
-    silu_and_mul_op(out, input)
-    return out
+    return _gated(silu_and_mul_op, input)
+
+
+def gelu_tanh_and_mul(input: torch.Tensor) -> torch.Tensor:
+    """input [..., 2d] (fp16/bf16/fp32) -> gelu_tanh(input[..., :d]) * input[..., d:], shape [..., d];
+    gelu_tanh is torch's F.gelu(approximate="tanh") (HF "gelu_pytorch_tanh", Gemma's MLP)."""
+    return _gated(gelu_tanh_and_mul_op, input)

@@ -14,7 +14,8 @@ DEMO_PROMPTS = [
 
 def add_generate_parsers(sub: argparse._SubParsersAction) -> None:
     gen = sub.add_parser("generate", help="offline generation: completions plus a throughput line")
-    gen.add_argument("--model", default="default", help="'default' (embedded SmolLM2-135M-Instruct), HF dir or .gguf")
+    gen.add_argument("--model", default="default", help="embedded model name ('default' = SmolLM2-135M-Instruct, "
+                     "'gemma3-270m'), HF dir or .gguf")
     gen.add_argument("--prompt", action="append", required=True, help="a prompt (repeatable: one request each)")
     gen.add_argument("--chat", action="store_true", help="wrap each prompt as a user message in the chat template")
     _common(gen)

@@ -37,7 +37,8 @@ class GenerationStats:
 class LLM:
     """Offline generation with continuous batching over a paged KV cache.
 
-    model: "default" (embedded SmolLM2-135M-Instruct), an HF directory, a .gguf file, or an
+    model: an embedded model name ("default" = SmolLM2-135M-Instruct, "gemma3-270m"), an HF
+    directory, a .gguf file, or an
     already loaded `ascendkit.model.LoadedModel`. dtype: torch dtype or name ("float32" on
     CPU). max_model_len: prompt + generated tokens per request (default: the model's
     max_position_embeddings). max_num_seqs: sequences per step; max_num_batched_tokens: tokens

@@ -18,7 +18,7 @@ def test_every_kernel_module_registers_cases(reports):
 
     # all_cases() raises when a module registers nothing; here: each family produced real cases.
     names = " ".join(reports)
-    assert {"rms_norm", "fused_add_rms_norm", "silu_and_mul"} <= {n.split("[")[0] for n in reports}
+    assert {"rms_norm", "fused_add_rms_norm", "silu_and_mul", "gelu_tanh_and_mul"} <= {n.split("[")[0] for n in reports}
     assert len(KERNEL_MODULES) >= 2 and names
 
 
@@ -29,7 +29,7 @@ def test_all_cases_lower_without_hazards(reports):
 
 def test_norm_and_activation_are_vector_kernels(reports):
     for name, r in reports.items():
-        if name.startswith(("rms_norm", "fused_add_rms_norm", "silu_and_mul")):
+        if name.startswith(("rms_norm", "fused_add_rms_norm", "silu_and_mul", "gelu_tanh_and_mul")):
             assert r.mix_mode == "aiv", name
 
 

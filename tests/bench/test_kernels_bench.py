@@ -25,7 +25,7 @@ def test_cli_quick_writes_json_png_and_table(tmp_path, capsys):
     assert {"name", "hbm_gbps", "matrix_tflops", "source"} <= set(record["peak"])
     assert {"device", "time_utc", "torch"} <= set(record["context"])
     ops = {row["op"] for row in record["rows"]}
-    assert {"rms_norm", "fused_add_rms_norm", "silu_and_mul"} <= ops
+    assert {"rms_norm", "fused_add_rms_norm", "silu_and_mul", "gelu_tanh_and_mul"} <= ops
     assert not record["errors"] and not record["skipped_on_cpu"]
     for row in record["rows"]:
         assert ROW_FIELDS <= set(row), row["name"]

@@ -1,4 +1,6 @@
-"""silu_and_mul over the Llama-family MLP intermediate sizes x token counts; baseline npu_swiglu."""
+"""silu_and_mul / gelu_tanh_and_mul over the MLP intermediate sizes x token counts; baselines:
+torch_npu's fused npu_swiglu, and for GeGLU (no fused torch_npu op) npu_gelu(approximate="tanh")
+times up, which reads the gate twice."""
 from __future__ import annotations
 
 import torch
@@ -6,26 +8,35 @@ import torch
 from ascendkit.bench.cases import KernelCase, bench_cases, element_size, token_counts, torch_npu
 from ascendkit.kernels.shape_grid import INTERMEDIATE_SIZES
 
+# exp, add, divide (sigmoid), two multiplies; GeGLU adds the cubic polynomial (4 more)
+FLOPS_PER_ELEMENT = {"silu_and_mul": 5, "gelu_tanh_and_mul": 9}
 
-def _silu_and_mul(tokens: int, inter: int, dtype: torch.dtype) -> KernelCase:
+
+def _baseline(op: str, x: torch.Tensor, inter: int):
+    if op == "silu_and_mul":
+        return lambda: torch_npu().npu_swiglu(x, dim=-1)  # silu(first half) * second half
+    return lambda: torch_npu().npu_gelu(x[:, :inter], approximate="tanh") * x[:, inter:]
+
+
+def _gated(op: str, tokens: int, inter: int, dtype: torch.dtype) -> KernelCase:
     def setup(device):
         x = torch.randn(tokens, 2 * inter, dtype=dtype, device=device)
         out = torch.empty(tokens, inter, dtype=dtype, device=device)
-        return lambda: torch.ops.ascend.silu_and_mul(out, x)
+        return lambda: getattr(torch.ops.ascend, op)(out, x)
 
     def baseline(device):
-        x = torch.randn(tokens, 2 * inter, dtype=dtype, device=device)
-        return lambda: torch_npu().npu_swiglu(x, dim=-1)  # silu(first half) * second half
+        return _baseline(op, torch.randn(tokens, 2 * inter, dtype=dtype, device=device), inter)
 
     return KernelCase(
-        "activation", "silu_and_mul", {"tokens": tokens, "intermediate": inter}, dtype,
+        "activation", op, {"tokens": tokens, "intermediate": inter}, dtype,
         bytes_moved=3 * tokens * inter * element_size(dtype),  # read gate and up, write out
-        flops=5 * tokens * inter,  # exp, add, divide (sigmoid), two multiplies
-        setup=setup, baseline=baseline, baseline_name="npu_swiglu",
+        flops=FLOPS_PER_ELEMENT[op] * tokens * inter,
+        setup=setup, baseline=baseline,
+        baseline_name="npu_swiglu" if op == "silu_and_mul" else "npu_gelu(tanh)*up",
     )
 
 
 @bench_cases("activation")
 def _cases(dtype: torch.dtype, quick: bool) -> list[KernelCase]:
     sizes = INTERMEDIATE_SIZES[:1] if quick else INTERMEDIATE_SIZES
-    return [_silu_and_mul(t, i, dtype) for i in sizes for t in token_counts(quick)]
+    return [_gated(op, t, i, dtype) for op in FLOPS_PER_ELEMENT for i in sizes for t in token_counts(quick)]

@@ -1,14 +1,24 @@
-"""Reference: silu_and_mul."""
+"""Reference: silu_and_mul, gelu_tanh_and_mul (act(gate) * up, computed in fp32)."""
 from __future__ import annotations
+
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
 
 
-def silu_and_mul(out: torch.Tensor, input: torch.Tensor) -> None:
+def _gated(out: torch.Tensor, input: torch.Tensor, act: Callable[[torch.Tensor], torch.Tensor]) -> None:
     d = input.shape[-1] // 2
     gate, up = input[..., :d].float(), input[..., d:].float()
     if out.dtype == torch.float32:  # write straight into out: no product temporary, no copy
-        torch.mul(F.silu(gate), up, out=out)
+        torch.mul(act(gate), up, out=out)
     else:
-        out.copy_(F.silu(gate) * up)
+        out.copy_(act(gate) * up)
+
+
+def silu_and_mul(out: torch.Tensor, input: torch.Tensor) -> None:
+    _gated(out, input, F.silu)
+
+
+def gelu_tanh_and_mul(out: torch.Tensor, input: torch.Tensor) -> None:
+    _gated(out, input, lambda x: F.gelu(x, approximate="tanh"))
