@@ -1,6 +1,7 @@
 """Tokenizer on the `tokenizers` package: from an HF directory (tokenizer.json +
-tokenizer_config.json) or rebuilt from GGUF metadata (byte-level BPE vocab, merges, special
-tokens, chat template). Chat templates render with jinja2 the way HF's apply_chat_template does.
+tokenizer_config.json) or rebuilt from GGUF metadata (gguf_tokenizer.py: byte-level BPE or
+SentencePiece BPE, special tokens, chat template). Chat templates render with jinja2 the way
+HF's apply_chat_template does.
 """
 from __future__ import annotations
 
@@ -11,11 +12,10 @@ from typing import Any
 
 import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
-from tokenizers import AddedToken, Tokenizer as _Backend, decoders, models, pre_tokenizers, processors
+from tokenizers import Tokenizer as _Backend
 
 from ascendkit.model.detokenizer import IncrementalDetokenizer
-
-_CONTROL = 3  # llama.cpp token type of special (control) tokens
+from ascendkit.model.gguf_tokenizer import build_backend
 
 __all__ = ["Tokenizer", "IncrementalDetokenizer"]
 
@@ -65,27 +65,12 @@ class Tokenizer:
 
     @classmethod
     def from_gguf_metadata(cls, metadata: dict[str, Any], source: str) -> "Tokenizer":
-        """Byte-level BPE ("gpt2" tokenizer model) from tokenizer.ggml.* metadata."""
-        kind = metadata.get("tokenizer.ggml.model")
-        if kind != "gpt2":
-            raise ValueError(f"{source}: GGUF tokenizer model {kind!r} is not supported (only byte-level BPE 'gpt2')")
-        tokens = list(metadata["tokenizer.ggml.tokens"])
-        merges = [tuple(m.split(" ", 1)) for m in metadata["tokenizer.ggml.merges"]]
-        try:
-            backend = _Backend(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges, fuse_unk=False))
-        except Exception as exc:  # tokenizers raises a bare Exception on an inconsistent vocab/merges
-            raise ValueError(f"{source}: tokenizer metadata is inconsistent ({exc})") from exc
-        backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        backend.decoder = decoders.ByteLevel()
-        types = metadata.get("tokenizer.ggml.token_type") or []
-        backend.add_special_tokens([AddedToken(t, special=True, normalized=False)
-                                    for t, kind in zip(tokens, types) if kind == _CONTROL])
+        """From tokenizer.ggml.* metadata: byte-level BPE ("gpt2") or SentencePiece BPE ("llama",
+        Gemma); see gguf_tokenizer.py."""
+        backend = build_backend(metadata, source)
+        tokens = metadata["tokenizer.ggml.tokens"]
         bos_id, eos_id = metadata.get("tokenizer.ggml.bos_token_id"), metadata.get("tokenizer.ggml.eos_token_id")
-        bos = tokens[bos_id] if bos_id is not None else None
-        if metadata.get("tokenizer.ggml.add_bos_token") and bos is not None:
-            backend.post_processor = processors.TemplateProcessing(single=f"{bos} $A", pair=f"{bos} $A $B",
-                                                                   special_tokens=[(bos, bos_id)])
-        return cls(backend, metadata.get("tokenizer.chat_template"), bos,
+        return cls(backend, metadata.get("tokenizer.chat_template"), tokens[bos_id] if bos_id is not None else None,
                    tokens[eos_id] if eos_id is not None else None)
 
 
