@@ -18,20 +18,27 @@ from ascendkit.model.norm import RMSNorm
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, hidden_size: int, eps: float, self_attn: nn.Module, mlp: nn.Module) -> None:
+    def __init__(self, hidden_size: int, eps: float, self_attn: nn.Module, mlp: nn.Module,
+                 norm_offset: float = 0.0) -> None:
+        """norm_offset: the norms' checkpoint_offset (Gemma's (1 + w) norms: 1.0)."""
         super().__init__()
-        self.input_layernorm = RMSNorm(hidden_size, eps)
+        self.input_layernorm = RMSNorm(hidden_size, eps, norm_offset)
         self.self_attn = self_attn
-        self.post_attention_layernorm = RMSNorm(hidden_size, eps)
+        self.post_attention_layernorm = RMSNorm(hidden_size, eps, norm_offset)
         self.mlp = mlp
 
-    def forward(self, positions: torch.Tensor, h: torch.Tensor, residual: torch.Tensor | None,
-                meta: AttentionMetadata) -> tuple[torch.Tensor, torch.Tensor]:
+    def attend(self, positions: torch.Tensor, h: torch.Tensor, residual: torch.Tensor | None,
+               meta: AttentionMetadata) -> tuple[torch.Tensor, torch.Tensor]:
+        """Input norm (adding the previous layer's output into the residual) and attention."""
         if residual is None:
             residual, h = h, self.input_layernorm(h)
         else:
             h, residual = self.input_layernorm(h, residual)
-        h = self.self_attn(positions, h, meta)
+        return self.self_attn(positions, h, meta), residual
+
+    def forward(self, positions: torch.Tensor, h: torch.Tensor, residual: torch.Tensor | None,
+                meta: AttentionMetadata) -> tuple[torch.Tensor, torch.Tensor]:
+        h, residual = self.attend(positions, h, residual, meta)
         h, residual = self.post_attention_layernorm(h, residual)
         return self.mlp(h), residual
 

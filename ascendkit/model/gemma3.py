@@ -9,7 +9,7 @@ from torch import nn
 
 from ascendkit.model.attention import Attention
 from ascendkit.model.attention_metadata import AttentionMetadata
-from ascendkit.model.base import CausalLM, DecoderModel
+from ascendkit.model.base import CausalLM, DecoderLayer, DecoderModel
 from ascendkit.model.config import ModelConfig
 from ascendkit.model.mlp import GatedMLP
 from ascendkit.model.norm import RMSNorm
@@ -18,27 +18,20 @@ from ascendkit.model.rotary import RotaryEmbedding
 NORM_OFFSET = 1.0  # Gemma norms scale by (1 + w)
 
 
-class SandwichDecoderLayer(nn.Module):
+class SandwichDecoderLayer(DecoderLayer):
     """Normalises the input and the output of both attention and MLP (Gemma 2/3); the residual
-    adds are fused into the input norm and the pre-feedforward norm."""
+    adds are fused into the input norm and the pre-feedforward norm. post_attention_layernorm
+    here normalises the attention output (in Llama it is the pre-MLP norm)."""
 
     def __init__(self, hidden_size: int, eps: float, self_attn: Attention, mlp: GatedMLP) -> None:
-        super().__init__()
-        self.input_layernorm = RMSNorm(hidden_size, eps, NORM_OFFSET)
-        self.self_attn = self_attn
-        self.post_attention_layernorm = RMSNorm(hidden_size, eps, NORM_OFFSET)
+        super().__init__(hidden_size, eps, self_attn, mlp, NORM_OFFSET)
         self.pre_feedforward_layernorm = RMSNorm(hidden_size, eps, NORM_OFFSET)
-        self.mlp = mlp
         self.post_feedforward_layernorm = RMSNorm(hidden_size, eps, NORM_OFFSET)
 
     def forward(self, positions: torch.Tensor, h: torch.Tensor, residual: torch.Tensor | None,
                 meta: AttentionMetadata) -> tuple[torch.Tensor, torch.Tensor]:
-        if residual is None:
-            residual, h = h, self.input_layernorm(h)
-        else:
-            h, residual = self.input_layernorm(h, residual)
-        h = self.post_attention_layernorm(self.self_attn(positions, h, meta))
-        h, residual = self.pre_feedforward_layernorm(h, residual)
+        h, residual = self.attend(positions, h, residual, meta)
+        h, residual = self.pre_feedforward_layernorm(self.post_attention_layernorm(h), residual)
         return self.post_feedforward_layernorm(self.mlp(h)), residual
 
 
