@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from ascendkit.model.config import ModelConfig, parse_config
+from ascendkit.model.gguf_reader import read_gguf
 
 _LAYER_NAMES = {
     "attn_norm": "input_layernorm",
@@ -51,19 +52,11 @@ class GGUFFile:
     """An opened GGUF: metadata dict, tensor list, and the config it describes."""
 
     def __init__(self, path: str | Path) -> None:
-        import gguf
-
         self.path = str(path)
         try:
-            self.reader = gguf.GGUFReader(self.path)
-        except Exception as exc:  # the reader raises ValueError/IndexError/... on a corrupt header
+            self.metadata, self.gguf_tensors = read_gguf(self.path)
+        except Exception as exc:  # struct.error, unknown enum values, ... on a corrupt header
             raise ValueError(f"{self.path}: not a valid GGUF file ({type(exc).__name__}: {exc})") from exc
-        self.metadata: dict[str, Any] = {}
-        for key, field in self.reader.fields.items():
-            try:
-                self.metadata[key] = field.contents()
-            except Exception as exc:
-                raise ValueError(f"{self.path}: corrupt metadata field {key!r} ({exc})") from exc
         self.arch = self.metadata.get("general.architecture")
         if self.arch not in _ARCH_LAYER_NAMES:
             raise ValueError(f"{self.path}: GGUF architecture {self.arch!r} is not supported "
@@ -73,7 +66,7 @@ class GGUFFile:
     def config(self) -> ModelConfig:
         m, p = self.metadata, self.arch + "."
         heads = m[p + "attention.head_count"]
-        names = {t.name for t in self.reader.tensors}
+        names = {t.name for t in self.gguf_tensors}
         if "rope_freqs.weight" in names:
             # Llama 3.1-style per-frequency rope factors: the cos/sin builder takes HF rope
             # parameters, which this tensor does not carry; refuse rather than rotate wrongly.
@@ -103,15 +96,14 @@ class GGUFFile:
         import gguf
 
         cfg = self.config()
-        for t in self.reader.tensors:
+        for t in self.gguf_tensors:
             name = _hf_name(t.name, self.layer_names)
             try:
                 array = gguf.quants.dequantize(t.data, t.tensor_type)
             except Exception as exc:
                 raise ValueError(f"{self.path}: tensor {t.name!r} cannot be dequantized ({exc})") from exc
-            expected = tuple(int(d) for d in reversed(t.shape))  # GGUF lists dims fastest-first
-            if tuple(array.shape) != expected:
-                raise ValueError(f"{self.path}: tensor {t.name!r} has data shaped {array.shape}, header says {expected}")
+            if tuple(array.shape) != t.shape:
+                raise ValueError(f"{self.path}: tensor {t.name!r} has data shaped {array.shape}, header says {t.shape}")
             if self.arch == "gemma3" and name.endswith("norm.weight"):
                 array = array - 1.0  # stored as 1 + w
             elif self.arch == "llama" and name.endswith("q_proj.weight"):
