@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+import ascendkit.ops as ak
 from ascendkit.model.attention_metadata import AttentionMetadata
 from ascendkit.model.linear import Linear
 from ascendkit.model.norm import RMSNorm
@@ -58,11 +59,8 @@ class Attention(nn.Module):
             # rms_norm needs rows it can view as [T*H, D]; q/k are strided slices of the qkv output
             q, k = self.q_norm(q.contiguous()), self.k_norm(k.contiguous())
             self.rotary(positions, q, k)
-        scale = torch.ones((), dtype=torch.float32, device=x.device)
-        torch.ops.ascend.reshape_and_cache_flash(k, v, self.key_cache, self.value_cache, meta.slot_mapping, "auto",
-                                                 scale, scale)
-        out = torch.empty_like(q)
-        torch.ops.ascend.unified_attention(out, q, self.key_cache, self.value_cache, meta.block_tables,
-                                           meta.cu_seqlens_q, meta.seqused_k, meta.max_seqlen_q, meta.max_seqlen_k,
-                                           self.scale, 0.0, self.sliding_window)
+        ak.reshape_and_cache_flash(k, v, self.key_cache, self.value_cache, meta.slot_mapping)
+        out = ak.unified_attention(q, self.key_cache, self.value_cache, meta.block_tables, meta.cu_seqlens_q,
+                                   meta.seqused_k, meta.max_seqlen_q, meta.max_seqlen_k, self.scale,
+                                   sliding_window=self.sliding_window)
         return self.o_proj(out.reshape(tokens, self.num_heads * self.head_dim))

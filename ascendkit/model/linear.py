@@ -3,13 +3,15 @@ projections (q/k/v, gate/up) into one matmul.
 
 Float: weight [N, K] in the model dtype, y = x·Wᵀ + b (plain torch matmul).
 W8A8:  weight int8 [N, K], weight_scale fp32 [N] (per output channel), input_scale fp32 [1]
-       (static) or None (dynamic per-token); y = torch.ops.ascend.w8a8_linear(...).
+       (static) or None (dynamic per-token); y = ascendkit.ops.w8a8_linear(...).
 """
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+import ascendkit.ops as ak
 
 
 class Linear(nn.Module):
@@ -55,7 +57,7 @@ class Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.quantized:
-            return torch.ops.ascend.w8a8_linear(x, self.weight, self.weight_scale, self.input_scale, self.bias)
+            return ak.w8a8_linear(x, self.weight, self.weight_scale, self.input_scale, self.bias)
         return F.linear(x, self.weight, self.bias)
 
     def extra_repr(self) -> str:

@@ -79,9 +79,7 @@ class MLAttention(nn.Module):
         kv_c = self.kv_a_layernorm(kv_c)
         q_pe, k_pe = q_pe.contiguous(), k_pe.reshape(tokens, 1, self.rope_dim).contiguous()
         self.rotary(positions, q_pe, k_pe)
-        scale = torch.ones((), dtype=torch.float32, device=x.device)
-        torch.ops.ascend.concat_and_cache_mla(kv_c, k_pe.view(tokens, self.rope_dim), self.kv_cache, meta.slot_mapping,
-                                              "auto", scale)
+        ak.concat_and_cache_mla(kv_c, k_pe.view(tokens, self.rope_dim), self.kv_cache, meta.slot_mapping)
         q_latent = torch.einsum("thn,hnl->thl", q_nope, self.w_uk)
         query = torch.cat([q_latent, q_pe], dim=-1)
         out = ak.mla_attention(query, self.kv_cache, meta.block_tables, meta.cu_seqlens_q, meta.seqused_k,

@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+import ascendkit.ops as ak
 from ascendkit.model.rope_scaling import build_cos_sin_cache
 
 
@@ -18,4 +19,4 @@ class RotaryEmbedding(nn.Module):
 
     def forward(self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | None) -> None:
         """Rotate query [T, H, head_size] and key [T, Hkv, head_size] (or None) in place at positions [T]."""
-        torch.ops.ascend.rotary_embedding(positions, query, key, self.head_size, self.cos_sin_cache, self.is_neox)
+        ak.rotary_embedding(positions, query, key, self.head_size, self.cos_sin_cache, self.is_neox)
