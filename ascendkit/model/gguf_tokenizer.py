@@ -1,7 +1,8 @@
 """Rebuild a `tokenizers` backend from a GGUF file's tokenizer.ggml.* metadata.
 
 Two tokenizer models are supported, each giving the ids HF transformers gives for the same file:
-- "gpt2": byte-level BPE (SmolLM2, Llama 3, Qwen): vocab + merges from the file.
+- "gpt2": byte-level BPE (SmolLM2, Llama 3, Qwen): vocab + merges from the file; a token written
+  as raw UTF-8 instead of in the byte alphabet is respelled byte by byte.
 - "llama": SentencePiece-style BPE (Gemma 3): pieces spell spaces as "▁", unknown characters fall
   back to <0xNN> byte tokens. Gemma files list no merges, so they are derived from the vocabulary:
   every split of a piece into two pieces that are both in the vocabulary is a merge, ranked by
@@ -31,7 +32,7 @@ def build_backend(metadata: dict[str, Any], source: str) -> Tokenizer:
         backend = _BUILDERS[kind](tokens, metadata)
     except Exception as exc:  # tokenizers raises a bare Exception on an inconsistent vocab/merges
         raise ValueError(f"{source}: tokenizer metadata is inconsistent ({exc})") from exc
-    _add_typed_tokens(backend, tokens, metadata.get("tokenizer.ggml.token_type") or [])
+    _add_typed_tokens(backend, tokens, metadata.get("tokenizer.ggml.token_type") or [], byte_level=kind == "gpt2")
     bos_id = metadata.get("tokenizer.ggml.bos_token_id")
     if metadata.get("tokenizer.ggml.add_bos_token") and bos_id is not None:
         bos = tokens[bos_id]
@@ -40,9 +41,33 @@ def build_backend(metadata: dict[str, Any], source: str) -> Tokenizer:
     return backend
 
 
+def _byte_alphabet() -> dict[int, str]:
+    """GPT-2's byte -> printable character table: printable Latin-1 bytes stand for themselves,
+    the other 68 bytes take the code points from U+0100 on, in byte order."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("\u00a1"), ord("\u00ac") + 1), *range(ord("\u00ae"), 256)]
+    table, extra = {b: chr(b) for b in keep}, 0
+    for b in range(256):
+        if b not in table:
+            table[b], extra = chr(256 + extra), extra + 1
+    return table
+
+
+_BYTE_CHARS = _byte_alphabet()
+_BYTE_ALPHABET = frozenset(_BYTE_CHARS.values())
+
+
+def _byte_spelling(token: str) -> str:
+    """A token as the byte-level model spells it: already spelled ones unchanged, any other (a
+    raw UTF-8 string some converters write) respelled byte by byte."""
+    if _BYTE_ALPHABET.issuperset(token):
+        return token
+    return "".join(_BYTE_CHARS[b] for b in token.encode("utf-8"))
+
+
 def _byte_level_bpe(tokens: list[str], metadata: dict[str, Any]) -> Tokenizer:
     merges = [tuple(m.split(" ", 1)) for m in metadata["tokenizer.ggml.merges"]]
-    backend = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges, fuse_unk=False))
+    vocab = {_byte_spelling(t): i for i, t in enumerate(tokens)}
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False))
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
     return backend
@@ -76,10 +101,14 @@ def derive_merges(vocab: dict[str, int]) -> list[tuple[str, str]]:
     return [(left, right) for _, _, left, right in ranked]
 
 
-def _add_typed_tokens(backend: Tokenizer, tokens: list[str], types: list[int]) -> None:
+def _add_typed_tokens(backend: Tokenizer, tokens: list[str], types: list[int], byte_level: bool) -> None:
+    """CONTROL tokens -> special added tokens; USER_DEFINED ones -> plain added tokens (matched
+    whole, kept on decode). In a byte-level vocabulary a CONTROL token spelled outside the byte
+    alphabet is a converter mislabel; adding it would grow the vocabulary, so it is skipped (as HF)."""
     vocab = backend.get_vocab()
     backend.add_special_tokens([AddedToken(t, special=True, normalized=False)
-                                for t, kind in zip(tokens, types) if kind == CONTROL])
+                                for t, kind in zip(tokens, types)
+                                if kind == CONTROL and (not byte_level or _BYTE_ALPHABET.issuperset(t))])
     backend.add_tokens([AddedToken(t, special=False, normalized=False)
                         for t, kind in zip(tokens, types) if kind == USER_DEFINED and t in vocab])
 
