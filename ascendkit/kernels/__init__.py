@@ -5,7 +5,7 @@ ascendkit needs no triton. The gate discovers every module here, so no kernel ca
 """
 import pkgutil
 
-_NOT_KERNELS = {"ascend_gate", "shape_grid"}
+_NOT_KERNELS = {"ascend_gate"}
 KERNEL_MODULES = tuple(
     m.name for m in pkgutil.iter_modules(__path__) if m.name not in _NOT_KERNELS and not m.name.startswith("_")
 )

@@ -8,7 +8,7 @@ import triton
 import triton.language as tl
 
 from ascendkit.kernels.ascend_gate import LoweringCase, lowering_cases
-from ascendkit.kernels.shape_grid import DTYPES, INTERMEDIATE_SIZES
+from ascendkit.lowering.shape_grid import DTYPES, INTERMEDIATE_SIZES
 from ascendkit.platform import grid_size
 
 # Gate + up inputs, their fp32 copies and the product: ~20 bytes per element -> 2048 is ~40 KB.

@@ -20,7 +20,7 @@ from ascendkit.kernels._attention import (
 )
 from ascendkit.kernels._reduce import fast_max
 from ascendkit.kernels.ascend_gate import LoweringCase, lowering_cases, signature_types
-from ascendkit.kernels.shape_grid import BLOCK_SIZES, DTYPES
+from ascendkit.lowering.shape_grid import BLOCK_SIZES, DTYPES
 from ascendkit.platform import core_counts, grid_size
 
 MIN_ROWS = 16  # tl.dot needs M >= 16

@@ -19,7 +19,7 @@ from ascendkit.kernels._attention import (
 )
 from ascendkit.kernels import attention_paged
 from ascendkit.kernels.ascend_gate import LoweringCase, lowering_cases, signature_types
-from ascendkit.kernels.shape_grid import BLOCK_SIZES, DTYPES
+from ascendkit.lowering.shape_grid import BLOCK_SIZES, DTYPES
 from ascendkit.platform import grid_size
 
 # Query rows per work item: 16 (the smallest tl.dot tile) while the batch is decode-only or the

@@ -8,7 +8,7 @@ import torch
 from ascendkit.kernels.ascend_gate import LoweringCase, lowering_cases
 from ascendkit.kernels._attention import HEAD_SIZES, tile_n
 from ascendkit.kernels.attention_unified import arg_types, flash_attention_kernel, launch, tiling
-from ascendkit.kernels.shape_grid import DTYPES
+from ascendkit.lowering.shape_grid import DTYPES
 
 
 def flash_attention_varlen(out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

@@ -13,7 +13,7 @@ import triton
 import triton.language as tl
 
 from ascendkit.kernels.ascend_gate import LoweringCase, lowering_cases
-from ascendkit.kernels.shape_grid import BLOCK_SIZES, DTYPES
+from ascendkit.lowering.shape_grid import BLOCK_SIZES, DTYPES
 from ascendkit.platform import grid_size
 
 # Elements per copied tile (a copy holds only the loaded tile): 8192 fp16 values = 16 KB.

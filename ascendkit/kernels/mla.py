@@ -23,7 +23,7 @@ import triton.language as tl
 from ascendkit.kernels._attention import dot, finish, init_state, load_kv_tile, upcast_dot
 from ascendkit.kernels._reduce import fast_max
 from ascendkit.kernels.ascend_gate import LoweringCase, lowering_cases
-from ascendkit.kernels.shape_grid import BLOCK_SIZES, DTYPES
+from ascendkit.lowering.shape_grid import BLOCK_SIZES, DTYPES
 from ascendkit.platform import core_counts, grid_size
 
 MIN_KEYS_PER_SPLIT = 128  # shorter splits cost more in workspace traffic and merging than they gain

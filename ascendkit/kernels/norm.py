@@ -11,7 +11,7 @@ import triton
 import triton.language as tl
 
 from ascendkit.kernels.ascend_gate import LoweringCase, lowering_cases
-from ascendkit.kernels.shape_grid import DTYPES, HIDDEN_SIZES
+from ascendkit.lowering.shape_grid import DTYPES, HIDDEN_SIZES
 from ascendkit.platform import grid_size
 
 # ~18 bytes of live tile per element (16-bit input, fp32 copies, weight, output): 4096 -> ~72 KB.

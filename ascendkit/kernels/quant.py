@@ -14,7 +14,7 @@ import triton.language as tl
 from ascendkit.kernels._int8 import quantize_int8, round_half_even
 from ascendkit.kernels._reduce import fast_max, fast_min
 from ascendkit.kernels.ascend_gate import LoweringCase, lowering_cases
-from ascendkit.kernels.shape_grid import DTYPES, HIDDEN_SIZES, INTERMEDIATE_SIZES
+from ascendkit.lowering.shape_grid import DTYPES, HIDDEN_SIZES, INTERMEDIATE_SIZES
 from ascendkit.platform import grid_size
 
 # The gate's on-chip estimate is ~8 bytes per element (input, fp32 copy, int8 result): 8192 -> ~64 KB.

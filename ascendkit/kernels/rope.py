@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 
 from ascendkit.kernels.ascend_gate import LoweringCase, lowering_cases
-from ascendkit.kernels.shape_grid import DTYPES
+from ascendkit.lowering.shape_grid import DTYPES
 from ascendkit.platform import grid_size
 
 # Elements of one (x1, x2) tile pair: their fp32 copies and results stay well under the UB budget.

@@ -21,7 +21,7 @@ from ascendkit.kernels._int8 import quantize_int8
 from ascendkit.kernels._reduce import fast_max
 from ascendkit.kernels.quant import dynamic_scaled_int8_quant, static_scaled_int8_quant
 from ascendkit.kernels.ascend_gate import LoweringCase, lowering_cases
-from ascendkit.kernels.shape_grid import DTYPES
+from ascendkit.lowering.shape_grid import DTYPES
 from ascendkit.platform import grid_size
 
 A_INT8, A_STATIC, A_DYNAMIC = 0, 1, 2  # a is int8 / float with one scale / float, per-row scale

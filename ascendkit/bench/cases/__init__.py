@@ -16,7 +16,7 @@ from typing import Callable
 import torch
 
 import ascendkit.ops  # noqa: F401  (registers torch.ops.ascend.*, which the cases call)
-from ascendkit.kernels.shape_grid import HIDDEN_SIZES
+from ascendkit.lowering.shape_grid import HIDDEN_SIZES
 
 Setup = Callable[[torch.device], Callable[[], object]]
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from ascendkit.bench.cases import KernelCase, bench_cases, element_size, token_counts, torch_npu
-from ascendkit.kernels.shape_grid import INTERMEDIATE_SIZES
+from ascendkit.lowering.shape_grid import INTERMEDIATE_SIZES
 
 # exp, add, divide (sigmoid), two multiplies; GeGLU adds the cubic polynomial (4 more)
 FLOPS_PER_ELEMENT = {"silu_and_mul": 5, "gelu_tanh_and_mul": 9}

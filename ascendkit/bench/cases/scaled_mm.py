@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from ascendkit.bench.cases import KernelCase, bench_cases, element_size, token_counts, torch_npu
-from ascendkit.kernels.shape_grid import HIDDEN_SIZES, INTERMEDIATE_SIZES
+from ascendkit.lowering.shape_grid import HIDDEN_SIZES, INTERMEDIATE_SIZES
 
 
 def _operands(m: int, k: int, n: int, device: torch.device):
