@@ -10,9 +10,10 @@ import sys
 
 def _info(args: argparse.Namespace) -> int:
     from ascendkit import platform
+    from ascendkit.bench.peaks import peak_rows
     from ascendkit.ops import REGISTERED
 
-    rows = platform.report() + [("ops registered", ", ".join(sorted(REGISTERED)))]
+    rows = platform.report() + peak_rows() + [("ops registered", ", ".join(sorted(REGISTERED)))]
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         print(f"{key:<{width}}  {value}")
@@ -20,9 +21,9 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _check_ascend(args: argparse.Namespace) -> int:
-    from ascendkit.kernels import ascend_gate
+    from ascendkit.lowering import gate
 
-    return ascend_gate.main(sum((["--family", f] for f in args.family or ()), []))
+    return gate.main(sum((["--family", f] for f in args.family or ()), []))
 
 
 def build_parser() -> argparse.ArgumentParser:

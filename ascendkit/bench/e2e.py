@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from ascendkit import platform
+from ascendkit.bench.peaks import current_peak
 from ascendkit.bench.kernels import DTYPES, default_dtype
 from ascendkit.bench.peers import RunResult, llamacpp_available, run_hf, run_llamacpp
 from ascendkit.bench.report import format_table, write_json
@@ -80,7 +81,7 @@ def summarise(result: RunResult, ours: RunResult) -> dict:
 def compute_roof(params: int, ours: RunResult) -> dict:
     """2·params FLOPs per token (prompt or output) against the device's matrix peak; on CPU the
     peak is this machine's measured fp32 GEMM throughput."""
-    peak = platform.current_peak()
+    peak = current_peak()
     roof_tok_s = peak.matrix_tflops * 1e12 / (2 * params)
     return {"params": params, "gemm_gflops": peak.matrix_tflops * 1e3, "peak_source": f"{peak.name}, {peak.source}",
             "roof_tok_s": roof_tok_s, "ours_total_tok_s_frac_of_roof": ours.total_tok_s / roof_tok_s}

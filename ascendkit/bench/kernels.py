@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from ascendkit import platform
+from ascendkit.bench.peaks import DevicePeak, current_peak
 from ascendkit.bench.cases import CPU_MAX_BYTES, CPU_MAX_FLOPS, KernelCase, all_cases, fits_cpu
 from ascendkit.bench.report import format_table, write_json
 from ascendkit.bench.roofline import plot_roofline, roofline_metrics
@@ -34,7 +35,7 @@ def implementation(device: torch.device) -> str:
     return kernel_path()
 
 
-def run_case(case: KernelCase, device: torch.device, peak: platform.DevicePeak, min_time_s: float) -> dict:
+def run_case(case: KernelCase, device: torch.device, peak: DevicePeak, min_time_s: float) -> dict:
     timing = measure(case.setup(device), device, min_time_s=min_time_s)
     row = {
         "family": case.family, "op": case.op, "name": case.name, "shape": case.shape,
@@ -51,7 +52,7 @@ def run_case(case: KernelCase, device: torch.device, peak: platform.DevicePeak, 
 
 def run(families: list[str] | None, dtype: str, quick: bool, out_dir: Path, min_time_s: float) -> dict:
     device = platform.default_device()
-    peak = platform.current_peak()
+    peak = current_peak()
     cases = all_cases(DTYPES[dtype], quick, families)
     skipped = [c.name for c in cases if device.type == "cpu" and not fits_cpu(c)]
     rows, errors = [], []
@@ -118,4 +119,4 @@ def benchmark_case(benchmark, case: KernelCase, impl: str = "ascendkit") -> None
     benchmark(call)
     if benchmark.stats is not None:  # None under --benchmark-disable (a single plain call)
         benchmark.extra_info.update(roofline_metrics(case.bytes_moved, case.flops, benchmark.stats.stats.median,
-                                                     platform.current_peak()))
+                                                     current_peak()))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ascendkit.platform import DevicePeak
+from ascendkit.bench.peaks import DevicePeak
 
 
 def roofline_metrics(bytes_moved: int, flops: int, seconds: float, peak: DevicePeak) -> dict[str, float]:

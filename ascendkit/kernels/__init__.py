@@ -1,11 +1,11 @@
-"""@triton.jit kernels and their launchers (grid and tile choice), one file per op family.
+"""@triton.jit kernels and their launchers (grid and tile choice), one file per op family;
+modules whose names start with '_' hold shared @triton.jit helpers.
 
 Kernel modules are imported lazily (by the ops' launchers and by the lowering gate), so importing
-ascendkit needs no triton. The gate discovers every module here, so no kernel can be left out.
+ascendkit needs no triton. This package imports nothing of ascendkit but `platform`.
 """
 import pkgutil
 
-_NOT_KERNELS = {"ascend_gate"}
-KERNEL_MODULES = tuple(
-    m.name for m in pkgutil.iter_modules(__path__) if m.name not in _NOT_KERNELS and not m.name.startswith("_")
-)
+# The op families: every other layer (ops, references, lowering cases, tests, bench cases) has a
+# module of the same name for each.
+KERNEL_MODULES = tuple(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))

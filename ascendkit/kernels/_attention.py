@@ -19,9 +19,6 @@ import triton.language as tl
 
 from ascendkit.kernels._reduce import fast_max
 
-# Head sizes the attention kernels are lowered for (Llama/Qwen 64 and 128, Phi-2 80, Gemma 256).
-HEAD_SIZES = (64, 80, 128, 256)
-
 
 @triton.jit
 def init_state(M: tl.constexpr, D_PAD: tl.constexpr):

@@ -7,8 +7,6 @@ import torch
 import triton
 import triton.language as tl
 
-from ascendkit.kernels.ascend_gate import LoweringCase, lowering_cases
-from ascendkit.lowering.shape_grid import DTYPES, INTERMEDIATE_SIZES
 from ascendkit.platform import grid_size
 
 # Gate + up inputs, their fp32 copies and the product: ~20 bytes per element -> 2048 is ~40 KB.
@@ -63,18 +61,3 @@ def silu_and_mul(out: torch.Tensor, input: torch.Tensor) -> None:
 
 def gelu_tanh_and_mul(out: torch.Tensor, input: torch.Tensor) -> None:
     _launch(out, input, "gelu_tanh")
-
-
-@lowering_cases("activation")
-def _cases() -> list[LoweringCase]:
-    return [
-        LoweringCase(
-            name=f"{activation}_and_mul[d={d},{dtype}]",
-            kernel=gated_activation_kernel,
-            arg_types={"x_ptr": f"*{dtype}", "out_ptr": f"*{dtype}", "n_rows": "i32", "x_stride": "i32", "out_stride": "i32"},
-            constexprs={"D": d, "BLOCK": block_for(d), "ACTIVATION": activation},
-        )
-        for activation in ACTIVATIONS
-        for dtype in DTYPES
-        for d in INTERMEDIATE_SIZES
-    ]

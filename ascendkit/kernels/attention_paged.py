@@ -16,11 +16,9 @@ import triton
 import triton.language as tl
 
 from ascendkit.kernels._attention import (
-    HEAD_SIZES, attend_kv_range, check_query_tile, finish, group_rows, init_state, tile_n, upcast_dot,
+    attend_kv_range, check_query_tile, finish, group_rows, init_state, tile_n, upcast_dot,
 )
 from ascendkit.kernels._reduce import fast_max
-from ascendkit.kernels.ascend_gate import LoweringCase, lowering_cases, signature_types
-from ascendkit.lowering.shape_grid import BLOCK_SIZES, DTYPES
 from ascendkit.platform import core_counts, grid_size
 
 MIN_ROWS = 16  # tl.dot needs M >= 16
@@ -181,40 +179,3 @@ def decode(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, valu
             out, acc_ws, m_ws, l_ws, cu_q, batch * heads, splits, out.stride(0), out.stride(1),
             HEADS=heads, D=head_size, D_PAD=params["D_PAD"], S_PAD=triton.next_power_of_2(splits), VARLEN_Q=varlen_q,
         )
-
-
-def _decode_types(dtype: str) -> dict[str, str]:
-    return signature_types(paged_decode_kernel, dtype, table_ptr="*i32", lens_ptr="*i32", cu_q_ptr="*i32",
-                           acc_ws="*fp32", m_ws="*fp32", l_ws="*fp32", scale="fp32", softcap="fp32")
-
-
-@lowering_cases("attention_paged")
-def _cases() -> list[LoweringCase]:
-    # Llama-3 8B and SmolLM2 heads over every head and block size (dtype, split-KV and the
-    # decode-step-of-unified variant alternate across the grid), plus the largest admitted groups.
-    shapes = [(h, kv, d, bs) for h, kv in ((32, 8), (9, 3)) for d in HEAD_SIZES for bs in BLOCK_SIZES]
-    shapes += [(64, 1, 128, 128), (16, 1, 256, 64)]
-    cases = []
-    for heads, kv_heads, head_size, block_size in shapes:
-        dtype = DTYPES[BLOCK_SIZES.index(block_size) % len(DTYPES)]
-        split = block_size == 128
-        cases.append(LoweringCase(
-            name=f"paged_attention[h={heads}/{kv_heads},d={head_size},bs={block_size},split={split},{dtype}]",
-            kernel=paged_decode_kernel,
-            arg_types=_decode_types(dtype),
-            constexprs={**tiling(heads, kv_heads, head_size, block_size), "SPLIT": split,
-                        "USE_SOFTCAP": split, "USE_WINDOW": not split, "UPCAST_DOT": False,
-                        "VARLEN_Q": block_size == 64},
-            expect_mode="mix",
-        ))
-    for i, head_size in enumerate(HEAD_SIZES):
-        dtype = DTYPES[i % len(DTYPES)]
-        cases.append(LoweringCase(
-            name=f"paged_attention_reduce[d={head_size},{dtype}]",
-            kernel=paged_reduce_kernel,
-            arg_types={"out_ptr": f"*{dtype}", "acc_ws": "*fp32", "m_ws": "*fp32", "l_ws": "*fp32", "cu_q_ptr": "*i32",
-                       "num_rows": "i32", "num_splits": "i32", "stride_ot": "i32", "stride_oh": "i32"},
-            constexprs={"HEADS": 32, "D": head_size, "D_PAD": triton.next_power_of_2(head_size), "S_PAD": MAX_SPLITS,
-                        "VARLEN_Q": i % 2 == 1},
-        ))
-    return cases

@@ -15,11 +15,9 @@ import triton
 import triton.language as tl
 
 from ascendkit.kernels._attention import (
-    HEAD_SIZES, attend_kv_range, check_query_tile, finish, group_rows, init_state, tile_n, upcast_dot,
+    attend_kv_range, check_query_tile, finish, group_rows, init_state, tile_n, upcast_dot,
 )
 from ascendkit.kernels import attention_paged
-from ascendkit.kernels.ascend_gate import LoweringCase, lowering_cases, signature_types
-from ascendkit.lowering.shape_grid import BLOCK_SIZES, DTYPES
 from ascendkit.platform import grid_size
 
 # Query rows per work item: 16 (the smallest tl.dot tile) while the batch is decode-only or the
@@ -144,31 +142,3 @@ def unified_attention(out: torch.Tensor, query: torch.Tensor, key_cache: torch.T
         return
     launch(out, query, key_cache, value_cache, block_table, cu_seqlens_q, seqused_k, max_seqlen_q, scale, softcap,
            sliding_window, paged=True, causal=True)
-
-
-def arg_types(dtype: str) -> dict[str, str]:
-    """Lowering-case signature of flash_attention_kernel (shared with attention_varlen)."""
-    return signature_types(flash_attention_kernel, dtype, table_ptr="*i32", cu_q_ptr="*i32", kv_ptr="*i32",
-                           scale="fp32", softcap="fp32")
-
-
-@lowering_cases("attention_unified")
-def _cases() -> list[LoweringCase]:
-    # Llama-3 8B (32 q / 8 kv) and SmolLM2 (9 / 3, a group padded 3 -> 4) over every head and block
-    # size; the largest query tiles check_query_tile admits (MQA 64 / 1 at 128 dims, 16 / 1 at 256).
-    shapes = [(h, kv, d, bs) for h, kv in ((32, 8), (9, 3)) for d in HEAD_SIZES for bs in BLOCK_SIZES]
-    shapes += [(64, 1, 128, 128), (16, 1, 256, 128)]
-    cases = []
-    for heads, kv_heads, head_size, block_size in shapes:
-        for max_q, dtype in ((1, DTYPES[0]), (512, DTYPES[1])):
-            params = tiling(heads, kv_heads, head_size, block_size, max_q)
-            cases.append(LoweringCase(
-                name=(f"unified_attention[h={heads}/{kv_heads},d={head_size},bs={block_size},"
-                      f"m={params['BLOCK_M']},{dtype}]"),
-                kernel=flash_attention_kernel,
-                arg_types=arg_types(dtype),
-                constexprs={**params, "PAGED": True, "CAUSAL": True, "USE_SOFTCAP": max_q > 1,
-                            "USE_WINDOW": max_q > 1, "UPCAST_DOT": False},
-                expect_mode="mix",
-            ))
-    return cases

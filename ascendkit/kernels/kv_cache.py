@@ -12,8 +12,6 @@ import torch
 import triton
 import triton.language as tl
 
-from ascendkit.kernels.ascend_gate import LoweringCase, lowering_cases
-from ascendkit.lowering.shape_grid import BLOCK_SIZES, DTYPES
 from ascendkit.platform import grid_size
 
 # Elements per copied tile (a copy holds only the loaded tile): 8192 fp16 values = 16 KB.
@@ -111,40 +109,3 @@ def concat_and_cache_mla(kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch
         RANK=rank, ROPE_DIM=rope_dim, BLOCK_SIZE=kv_cache.shape[1],
         RANK_BLOCK=triton.next_power_of_2(rank), ROPE_BLOCK=triton.next_power_of_2(rope_dim),
     )
-
-
-# (name, kv heads, head size): SmolLM2, Llama-3 8B, Llama-2 7B (MHA), Gemma-style 256.
-_FLASH_MODELS = (("smollm2", 3, 64), ("llama3", 8, 128), ("llama2", 32, 128), ("gemma_like", 4, 256))
-# DeepSeek-V2/V3 latent cache: kv_lora_rank 512 + rope dim 64; V2-Lite shares the layout.
-_MLA_LAYOUTS = ((512, 64),)
-
-
-@lowering_cases("kv_cache")
-def _cases() -> list[LoweringCase]:
-    cases = []
-    for dtype in DTYPES:
-        for block_size in BLOCK_SIZES:
-            for name, heads, head_size in _FLASH_MODELS:
-                head_block, dim_block = blocks_for(heads, head_size)
-                strides = ("n_tokens", "k_tok_stride", "k_head_stride", "v_tok_stride", "v_head_stride",
-                           "kc_block_stride", "kc_slot_stride", "kc_head_stride",
-                           "vc_block_stride", "vc_slot_stride", "vc_head_stride")
-                cases.append(LoweringCase(
-                    name=f"reshape_and_cache_flash[{name},h={heads},d={head_size},bs={block_size},{dtype}]",
-                    kernel=reshape_and_cache_flash_kernel,
-                    arg_types={"key_ptr": f"*{dtype}", "value_ptr": f"*{dtype}", "key_cache_ptr": f"*{dtype}",
-                               "value_cache_ptr": f"*{dtype}", "slot_ptr": "*i64", **{s: "i32" for s in strides}},
-                    constexprs={"N_HEADS": heads, "HEAD_SIZE": head_size, "BLOCK_SIZE": block_size,
-                                "HEAD_BLOCK": head_block, "DIM_BLOCK": dim_block},
-                ))
-            for rank, rope_dim in _MLA_LAYOUTS:
-                cases.append(LoweringCase(
-                    name=f"concat_and_cache_mla[{rank}+{rope_dim},bs={block_size},{dtype}]",
-                    kernel=concat_and_cache_mla_kernel,
-                    arg_types={"kv_c_ptr": f"*{dtype}", "k_pe_ptr": f"*{dtype}", "cache_ptr": f"*{dtype}",
-                               "slot_ptr": "*i64", "n_tokens": "i32", "c_tok_stride": "i32", "pe_tok_stride": "i32",
-                               "block_stride": "i32", "slot_stride": "i32"},
-                    constexprs={"RANK": rank, "ROPE_DIM": rope_dim, "BLOCK_SIZE": block_size,
-                                "RANK_BLOCK": triton.next_power_of_2(rank), "ROPE_BLOCK": triton.next_power_of_2(rope_dim)},
-                ))
-    return cases

@@ -10,7 +10,6 @@ import torch
 import triton
 import triton.language as tl
 
-from ascendkit.kernels.ascend_gate import LoweringCase, lowering_cases
 from ascendkit.platform import grid_size
 
 MAX_BLOCK = 2048
@@ -53,21 +52,3 @@ def causal_mask(out: torch.Tensor, q_lens: torch.Tensor, kv_lens: torch.Tensor, 
         out, q_lens, kv_lens, rows, max_q, max_kv, out.stride(0), out.stride(1), fill_value, sliding_window,
         BLOCK=block_for(max_kv),
     )
-
-
-@lowering_cases("mask")
-def _cases() -> list[LoweringCase]:
-    # Decode-length, prefill-chunk and long-context key lengths; fp32 masks too (CPU-style callers).
-    return [
-        LoweringCase(
-            name=f"causal_mask[max_kv={max_kv},{dtype},{index}]",
-            kernel=causal_mask_kernel,
-            arg_types={"out_ptr": f"*{dtype}", "q_lens_ptr": f"*{index}", "kv_lens_ptr": f"*{index}",
-                       "n_rows": "i32", "max_q": "i32", "max_kv": "i32", "b_stride": "i32", "q_stride": "i32",
-                       "fill_value": "fp32", "sliding_window": "i32"},
-            constexprs={"BLOCK": block_for(max_kv)},
-        )
-        for dtype in ("fp16", "bf16", "fp32")
-        for max_kv in (128, 4096)
-        for index in ("i32", "i64")
-    ]

@@ -22,8 +22,6 @@ import triton.language as tl
 
 from ascendkit.kernels._attention import dot, finish, init_state, load_kv_tile, upcast_dot
 from ascendkit.kernels._reduce import fast_max
-from ascendkit.kernels.ascend_gate import LoweringCase, lowering_cases
-from ascendkit.lowering.shape_grid import BLOCK_SIZES, DTYPES
 from ascendkit.platform import core_counts, grid_size
 
 MIN_KEYS_PER_SPLIT = 128  # shorter splits cost more in workspace traffic and merging than they gain
@@ -184,40 +182,3 @@ def mla_attention(out: torch.Tensor, query: torch.Tensor, kv_cache: torch.Tensor
             part, lse, out, heads, tiles, splits, out.stride(0), out.stride(1),
             L=lora, BLOCK_L=block_l, BLOCK_H=block_h, BLOCK_D=min(block_l, MERGE_BLOCK_D),
         )
-
-
-# DeepSeek-V2/V3 (L=512, R=64; 16..128 heads), DeepSeek-V2-Lite shapes, and a small L=128 model.
-_MLA_SHAPES = ((512, 64), (128, 32))
-
-
-@lowering_cases("mla")
-def _cases() -> list[LoweringCase]:
-    cases = []
-    for dtype in DTYPES:
-        for lora, rope in _MLA_SHAPES:
-            block_h, block_l = block_h_for(lora), triton.next_power_of_2(lora)
-            for block_size in BLOCK_SIZES:
-                for split in (False, True):
-                    cases.append(LoweringCase(
-                        name=f"mla_attention[L={lora},R={rope},bs={block_size},{'split' if split else 'direct'},{dtype}]",
-                        kernel=mla_attention_kernel,
-                        arg_types={"q_ptr": f"*{dtype}", "kv_ptr": f"*{dtype}", "bt_ptr": "*i32", "seq_ids_ptr": "*i32",
-                                   "cu_ptr": "*i32", "seqused_ptr": "*i32", "out_ptr": f"*{dtype}", "part_ptr": "*fp32",
-                                   "lse_ptr": "*fp32", "num_heads": "i32", "work_items": "i32", "num_splits": "i32",
-                                   "keys_per_split": "i32", "stride_qt": "i32", "stride_qh": "i32", "stride_kb": "i32",
-                                   "stride_ks": "i32", "stride_bt": "i32", "stride_ot": "i32", "stride_oh": "i32",
-                                   "qk_scale_log2": "fp32"},
-                        constexprs={"L": lora, "R": rope, "BLOCK_L": block_l, "BLOCK_R": triton.next_power_of_2(rope),
-                                    "BLOCK_SIZE": block_size, "BLOCK_H": block_h,
-                                    "BLOCK_N": block_n_for(lora, block_size), "SPLIT": split,
-                                    "UPCAST_DOT": False},
-                        expect_mode="mix",
-                    ))
-            cases.append(LoweringCase(
-                name=f"mla_merge[L={lora},{dtype}]",
-                kernel=mla_merge_kernel,
-                arg_types={"part_ptr": "*fp32", "lse_ptr": "*fp32", "out_ptr": f"*{dtype}", "num_heads": "i32",
-                           "tiles": "i32", "num_splits": "i32", "stride_ot": "i32", "stride_oh": "i32"},
-                constexprs={"L": lora, "BLOCK_L": block_l, "BLOCK_H": block_h, "BLOCK_D": min(block_l, MERGE_BLOCK_D)},
-            ))
-    return cases

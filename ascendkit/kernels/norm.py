@@ -10,8 +10,6 @@ import torch
 import triton
 import triton.language as tl
 
-from ascendkit.kernels.ascend_gate import LoweringCase, lowering_cases
-from ascendkit.lowering.shape_grid import DTYPES, HIDDEN_SIZES
 from ascendkit.platform import grid_size
 
 # ~18 bytes of live tile per element (16-bit input, fp32 copies, weight, output): 4096 -> ~72 KB.
@@ -95,20 +93,3 @@ def rms_norm(out: torch.Tensor, input: torch.Tensor, weight: torch.Tensor, epsil
 
 def fused_add_rms_norm(input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, epsilon: float) -> None:
     _launch(input, residual, input, weight, epsilon)
-
-
-@lowering_cases("norm")
-def _cases() -> list[LoweringCase]:
-    cases = []
-    for dtype in DTYPES:
-        for hidden in HIDDEN_SIZES:
-            for has_residual in (False, True):
-                ptr = f"*{dtype}"
-                cases.append(LoweringCase(
-                    name=f"{'fused_add_rms_norm' if has_residual else 'rms_norm'}[h={hidden},{dtype}]",
-                    kernel=rms_norm_kernel,
-                    arg_types={"x_ptr": ptr, "res_ptr": ptr, "out_ptr": ptr, "w_ptr": ptr, "n_rows": "i32",
-                               "x_stride": "i32", "res_stride": "i32", "out_stride": "i32", "eps": "fp32"},
-                    constexprs={"N": hidden, "BLOCK": block_for(hidden), "HAS_RESIDUAL": has_residual},
-                ))
-    return cases

@@ -13,8 +13,6 @@ import triton.language as tl
 
 from ascendkit.kernels._int8 import quantize_int8, round_half_even
 from ascendkit.kernels._reduce import fast_max, fast_min
-from ascendkit.kernels.ascend_gate import LoweringCase, lowering_cases
-from ascendkit.lowering.shape_grid import DTYPES, HIDDEN_SIZES, INTERMEDIATE_SIZES
 from ascendkit.platform import grid_size
 
 # The gate's on-chip estimate is ~8 bytes per element (input, fp32 copy, int8 result): 8192 -> ~64 KB.
@@ -111,23 +109,3 @@ def static_scaled_int8_quant(out: torch.Tensor, input: torch.Tensor, scale: torc
 
 def dynamic_scaled_int8_quant(out: torch.Tensor, input: torch.Tensor, scales: torch.Tensor, azp: torch.Tensor | None) -> None:
     _launch(out, input, scales, azp, dynamic=True)
-
-
-@lowering_cases("quant")
-def _cases() -> list[LoweringCase]:
-    # Every mode at the hidden sizes (attention/MLP inputs); MLP down-projection inputs (the
-    # intermediate sizes) are quantized dynamically.
-    modes = ((False, False), (False, True), (True, False), (True, True))
-    shapes = [(h, m) for h in HIDDEN_SIZES for m in modes] + [(i, (True, False)) for i in INTERMEDIATE_SIZES]
-    cases = []
-    for dtype in DTYPES:
-        for hidden, (dynamic, has_azp) in shapes:
-            kind = f"{'dynamic' if dynamic else 'static'}{'_azp' if has_azp else ''}"
-            cases.append(LoweringCase(
-                name=f"int8_quant_{kind}[h={hidden},{dtype}]",
-                kernel=int8_quant_kernel,
-                arg_types={"x_ptr": f"*{dtype}", "out_ptr": "*i8", "scale_ptr": "*fp32", "azp_ptr": "*i32",
-                           "n_rows": "i32", "x_stride": "i32", "out_stride": "i32"},
-                constexprs={"N": hidden, "BLOCK": block_for(hidden), "DYNAMIC": dynamic, "HAS_AZP": has_azp},
-            ))
-    return cases

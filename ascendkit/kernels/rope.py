@@ -13,8 +13,6 @@ import torch
 import triton
 import triton.language as tl
 
-from ascendkit.kernels.ascend_gate import LoweringCase, lowering_cases
-from ascendkit.lowering.shape_grid import DTYPES
 from ascendkit.platform import grid_size
 
 # Elements of one (x1, x2) tile pair: their fp32 copies and results stay well under the UB budget.
@@ -94,34 +92,3 @@ def rotary_embedding(positions: torch.Tensor, query: torch.Tensor, key: torch.Te
         NQ=nq, NK=nk, HALF=half, IS_NEOX=is_neox, HAS_KEY=key is not None,
         Q_HEAD_BLOCK=q_block, K_HEAD_BLOCK=k_block, HALF_BLOCK=half_block,
     )
-
-
-# (name, query heads, key heads, head_size, rot_dim): Llama/Qwen GQA layouts and DeepSeek-V2's
-# 128 heads of 192 dims rotating 64 (plus its single shared k_pe "head" of 64).
-_MODELS = (
-    ("smollm2", 9, 3, 64, 64),
-    ("llama3", 32, 8, 128, 128),
-    ("gemma_like", 8, 4, 256, 256),
-    ("partial80", 32, 32, 80, 40),
-    ("deepseek_v2", 128, 1, 192, 64),
-)
-
-
-@lowering_cases("rope")
-def _cases() -> list[LoweringCase]:
-    cases = []
-    for dtype in DTYPES:
-        for name, nq, nk, head_size, rot_dim in _MODELS:
-            for is_neox in (True, False):
-                q_block, half_block = blocks_for(nq, rot_dim // 2)
-                cases.append(LoweringCase(
-                    name=f"rotary_embedding[{name},d={head_size},rot={rot_dim},{'neox' if is_neox else 'gptj'},{dtype}]",
-                    kernel=rotary_embedding_kernel,
-                    arg_types={"pos_ptr": "*i64", "q_ptr": f"*{dtype}", "k_ptr": f"*{dtype}", "cache_ptr": "*fp32",
-                               "n_tokens": "i32", "q_tok_stride": "i32", "q_head_stride": "i32",
-                               "k_tok_stride": "i32", "k_head_stride": "i32"},
-                    constexprs={"NQ": nq, "NK": nk, "HALF": rot_dim // 2, "IS_NEOX": is_neox, "HAS_KEY": True,
-                                "Q_HEAD_BLOCK": q_block, "K_HEAD_BLOCK": blocks_for(nk, rot_dim // 2)[0],
-                                "HALF_BLOCK": half_block},
-                ))
-    return cases

@@ -20,8 +20,6 @@ import triton.language as tl
 from ascendkit.kernels._int8 import quantize_int8
 from ascendkit.kernels._reduce import fast_max
 from ascendkit.kernels.quant import dynamic_scaled_int8_quant, static_scaled_int8_quant
-from ascendkit.kernels.ascend_gate import LoweringCase, lowering_cases
-from ascendkit.lowering.shape_grid import DTYPES
 from ascendkit.platform import grid_size
 
 A_INT8, A_STATIC, A_DYNAMIC = 0, 1, 2  # a is int8 / float with one scale / float, per-row scale
@@ -155,25 +153,3 @@ def w8a8_linear(input: torch.Tensor, weight: torch.Tensor, weight_scale: torch.T
             static_scaled_int8_quant(q, x, input_scale, None)
         _launch(out, q, weight.t(), a_scale, weight_scale, bias, A_INT8)
     return out.view(*input.shape[:-1], weight.shape[0])
-
-
-@lowering_cases("scaled_mm")
-def _cases() -> list[LoweringCase]:
-    cases = []
-    for dtype in DTYPES:
-        for m in (16, 32, 64):
-            variants = [("scaled_mm", A_INT8, "*i8", True), ("scaled_mm_rowmajor_b", A_INT8, "*i8", False),
-                        ("w8a8_linear_static", A_STATIC, f"*{dtype}", True), ("w8a8_linear_dynamic", A_DYNAMIC, f"*{dtype}", True)]
-            for name, a_mode, a_type, k_contiguous in variants:
-                block_m, block_n, block_k = tiles_for(m, a_mode)
-                cases.append(LoweringCase(
-                    name=f"{name}[{block_m}x{block_n}x{block_k},{dtype}]",
-                    kernel=scaled_mm_kernel,
-                    arg_types={"a_ptr": a_type, "b_ptr": "*i8", "out_ptr": f"*{dtype}", "a_scale_ptr": "*fp32",
-                               "b_scale_ptr": "*fp32", "bias_ptr": f"*{dtype}", "M": "i32", "N": "i32", "K": "i32",
-                               "stride_am": "i32", "stride_bk": "i32", "stride_bn": "i32", "stride_om": "i32"},
-                    constexprs={"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "A_MODE": a_mode,
-                                "A_PER_ROW": True, "B_PER_COL": True, "HAS_BIAS": True, "B_K_CONTIGUOUS": k_contiguous},
-                    expect_mode="mix",
-                ))
-    return cases

@@ -1,8 +1,13 @@
-"""Real model shapes every kernel must lower for (SmolLM2 576, Llama-2/3 2048/4096,
-DeepSeek-V2/V3 7168; head dims 64/128, MLA 192 (q nope+rope) and 576 (latent + rope))."""
+"""Real model shapes every kernel family is lowered for (and the benchmark cases reuse)."""
+# Hidden sizes: SmolLM2 576, Llama-3.2-1B 2048, Llama-2-7B 4096, DeepSeek-V2/V3 7168.
 HIDDEN_SIZES = (576, 2048, 4096, 7168)
-HEAD_DIMS = (64, 128, 192, 576)
-BLOCK_SIZES = (16, 64, 128)
-DTYPES = ("fp16", "bf16")
 # Llama-family MLP intermediate sizes paired with hidden sizes above (SmolLM2, Llama-3.2-1B, Llama-2-7B, DeepSeek-V2 dense).
 INTERMEDIATE_SIZES = (1536, 8192, 11008, 18432)
+BLOCK_SIZES = (16, 64, 128)
+DTYPES = ("fp16", "bf16")
+# Attention (query heads, KV heads): Llama-3 8B (GQA 4) and SmolLM2 (9 / 3, a group padded 3 -> 4);
+# head sizes 64 (SmolLM2, Llama-3.2), 80 (partial-rope models), 128 (Llama-2/3), 256 (Gemma).
+ATTENTION_HEADS = ((32, 8), (9, 3))
+ATTENTION_HEAD_SIZES = (64, 80, 128, 256)
+# MLA latent cache rows (kv_lora_rank, rope dim): DeepSeek-V2/V3 (576 = 512 + 64) and a small one.
+MLA_LAYOUTS = ((512, 64), (128, 32))

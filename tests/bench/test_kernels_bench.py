@@ -11,7 +11,7 @@ import pytest
 from ascendkit.bench.cases import all_cases
 from ascendkit.bench.roofline import roofline_metrics
 from ascendkit.cli import main
-from ascendkit.platform import DevicePeak
+from ascendkit.bench.peaks import DevicePeak
 
 REPO = Path(__file__).resolve().parents[2]
 ROW_FIELDS = {"family", "op", "name", "shape", "dtype", "bytes", "flops", "time_us", "gbps", "tflops",

@@ -1,0 +1,20 @@
+"""rms_norm / fused_add_rms_norm: every hidden size, with and without the residual."""
+from __future__ import annotations
+
+from ascendkit.kernels.norm import block_for, rms_norm_kernel
+from ascendkit.lowering.case import LoweringCase, signature_types
+from ascendkit.lowering.shape_grid import DTYPES, HIDDEN_SIZES
+
+
+def cases() -> list[LoweringCase]:
+    return [
+        LoweringCase(
+            name=f"{'fused_add_rms_norm' if has_residual else 'rms_norm'}[h={hidden},{dtype}]",
+            kernel=rms_norm_kernel,
+            arg_types=signature_types(rms_norm_kernel, dtype, eps="fp32"),
+            constexprs={"N": hidden, "BLOCK": block_for(hidden), "HAS_RESIDUAL": has_residual},
+        )
+        for dtype in DTYPES
+        for hidden in HIDDEN_SIZES
+        for has_residual in (False, True)
+    ]
