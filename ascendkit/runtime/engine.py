@@ -1,14 +1,15 @@
 """Engine: one scheduler step at a time — schedule, run the model, commit computed KV to the
-prefix cache, append sampled tokens, and finish sequences whose stop condition holds."""
+prefix cache, append sampled tokens, and finish sequences whose stop condition holds.
+
+The model is anything satisfying RuntimeModel (runtime/model_interface.py)."""
 from __future__ import annotations
 
 import time
 
-from torch import nn
-
 from ascendkit.runtime.block_manager import BlockManager
 from ascendkit.runtime.config import EngineConfig
 from ascendkit.runtime.graph_runner import GraphRunner
+from ascendkit.runtime.model_interface import RuntimeModel
 from ascendkit.runtime.model_runner import ModelRunner
 from ascendkit.runtime.sampler import Sampler
 from ascendkit.runtime.sampling_params import SamplingParams
@@ -18,7 +19,7 @@ from ascendkit.runtime.stopping import StopChecker
 
 
 class Engine:
-    def __init__(self, model: nn.Module, tokenizer, eos_token_ids: set[int], config: EngineConfig, seed: int = 0) -> None:
+    def __init__(self, model: RuntimeModel, tokenizer, eos_token_ids: set[int], config: EngineConfig, seed: int = 0) -> None:
         self.config = config
         model.allocate_kv_cache(config.num_kv_blocks, config.block_size, config.dtype, config.device)
         self.block_manager = BlockManager(config.num_kv_blocks, config.block_size, config.enable_prefix_caching)

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
+from ascendkit.bench.stub_model import StubModel
 from ascendkit.runtime.graph_runner import GraphRunner, bucket_sizes
 from ascendkit.runtime.model_runner import ModelRunner
 from ascendkit.runtime.sampler import Sampler
 from ascendkit.runtime.sampling_params import SamplingParams
 from ascendkit.runtime.scheduler import ScheduledBatch
 from ascendkit.runtime.sequence import Sequence
-from stub_model import StubModel
 
 BLOCK = 4
 
