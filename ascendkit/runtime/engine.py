@@ -1,5 +1,7 @@
-"""Engine: one scheduler step at a time — schedule, run the model, commit computed KV to the
-prefix cache, append sampled tokens, and finish sequences whose stop condition holds.
+"""Engine: one scheduler step at a time — schedule, run the model, advance each scheduled
+sequence past its computed chunk and commit that KV to the prefix cache, append sampled tokens,
+and finish the sequences whose stop condition holds (the StopChecker decides, the engine calls
+Sequence.finish, the scheduler releases the blocks).
 
 The model is anything satisfying RuntimeModel (runtime/model_interface.py)."""
 from __future__ import annotations
@@ -56,19 +58,15 @@ class Engine:
         sampled_seqs, out = self.runner.execute(batch)
         self.num_steps += 1
         for seq, n in zip(batch.seqs, batch.num_new_tokens):
-            seq.num_computed_tokens += n
+            seq.advance(n)
             self.block_manager.commit(seq)
         now = time.perf_counter()
         finished = []
         for i, seq in enumerate(sampled_seqs):
-            token = out.token_ids[i]
-            if seq.logprobs is not None:
-                seq.logprobs.append(out.logprobs[i])
-                seq.cumulative_logprob += out.logprobs[i][token]
-            if seq.metrics.first_token_time is None:
-                seq.metrics.first_token_time = now
-            seq.token_times.append(now)
-            if self.stop.append(seq, token):
+            seq.append_token(out.token_ids[i], out.logprobs[i], now)
+            stop = self.stop.check(seq)
+            if stop is not None:
+                seq.finish(stop.reason, stop.stop_reason, text=stop.text)
                 self.scheduler.finish(seq)
                 self.sampler.release(seq)
                 finished.append(seq)

@@ -2,7 +2,8 @@
 model (decode batches through the GraphRunner), and samples on the device.
 
 Host-side preparation is per sequence (list slicing, one padded block-table row each), never
-per token: positions and slot mappings are computed with tensor ops. The model is a RuntimeModel
+per token: positions and slot mappings are computed with tensor ops. It only reads sequences;
+the engine applies the step's results to them. The model is a RuntimeModel
 (runtime/model_interface.py): called for hidden states, then compute_logits on the sampled rows.
 """
 from __future__ import annotations

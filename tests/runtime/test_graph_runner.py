@@ -30,9 +30,8 @@ def _decode_batch(num_seqs: int) -> ScheduledBatch:
     for i in range(num_seqs):
         seq = Sequence(i, [(i * 7 + k) % 50 + 1 for k in range(3 + 5 * i)], SamplingParams(), 256)
         blocks = -(-len(seq) // BLOCK)
-        seq.block_table = list(range(next_block, next_block + blocks))
+        seq.assign_blocks(list(range(next_block, next_block + blocks)), len(seq) - 1)
         next_block += blocks
-        seq.num_computed_tokens = len(seq) - 1
         seqs.append(seq)
     return ScheduledBatch(seqs, [1] * num_seqs)
 
