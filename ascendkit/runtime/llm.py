@@ -1,5 +1,5 @@
 """LLM: the offline entry point — vLLM's `LLM(model).generate(prompts, sampling_params)` shape.
-It loads (or takes) the model, checks it against
+Also `from ascendkit import LLM, SamplingParams`. It loads (or takes) the model, checks it against
 RuntimeModel / RuntimeModelConfig (runtime/model_interface.py), sizes the KV cache and drives the
 Engine; a request's RequestOutput is built from its finished Sequence."""
 from __future__ import annotations
