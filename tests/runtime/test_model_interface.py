@@ -59,8 +59,8 @@ def subjects():
     yield "stub_free", LoadedModel(StubModel(64, vocab_size=96, hidden_size=8, free=True), None, StubConfig(vocab_size=96))
 
 
-@pytest.mark.parametrize("name, loaded", list(subjects()), ids=lambda v: v if isinstance(v, str) else "")
-def test_satisfies_protocol(name, loaded):
+@pytest.mark.parametrize("loaded", [pytest.param(loaded, id=name) for name, loaded in subjects()])
+def test_satisfies_protocol(loaded):
     assert isinstance(loaded.model, RuntimeModel) and callable(loaded.model)
     assert signature_mismatches(loaded.model) == []
     assert isinstance(loaded.config, RuntimeModelConfig)
