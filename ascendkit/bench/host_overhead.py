@@ -1,8 +1,10 @@
-"""`ascendkit bench host`: the runtime's CPU cost per decode step, on its own. The model is a
-zero-cost stub (preallocated hidden states and logits), so a step's time is the scheduler, input
+"""`ascendkit bench host`: the runtime's CPU cost per decode step, on its own. The model is the
+stub (bench/stub_model.py) run `free`: forward and compute_logits return preallocated hidden
+states and logits at the default model's sizes, so a step's time is the scheduler, input
 preparation (token/position/slot tensors, block tables, host-to-device copies), the decode
 graph runner's buffer updates, sampling over the real vocabulary, and the engine's bookkeeping
-(KV commit, stop checks). Batches of 1, 32 and 256 sequences, greedy and top-p sampling.
+(advancing sequences, KV commit, appending tokens, stop checks). Batches of 1, 32 and 256
+sequences, greedy and top-p sampling.
 """
 from __future__ import annotations
 
@@ -13,35 +15,15 @@ from pathlib import Path
 from typing import Callable
 
 import torch
-from torch import nn
 
 from ascendkit import platform
 from ascendkit.bench.report import format_table, write_json
+from ascendkit.bench.stub_model import StubModel
 
 QUICK = {"batch_sizes": [1, 4], "steps": 3}
 PROMPT_LEN = 32
 BLOCK_SIZE = 16
 MODES = {"greedy": {"temperature": 0.0}, "top_p": {"temperature": 0.8, "top_p": 0.95}}
-
-
-class StubModel(nn.Module):
-    """Stands in for a CausalLM with the default model's hidden and vocabulary sizes: forward and
-    compute_logits return slices of preallocated tensors, the KV cache is never allocated."""
-
-    def __init__(self, hidden_size: int, vocab_size: int, max_tokens: int, device: torch.device) -> None:
-        super().__init__()
-        self.hidden = torch.zeros(max_tokens, hidden_size, device=device)
-        gen = torch.Generator().manual_seed(0)
-        self.logits = torch.randn(max_tokens, vocab_size, generator=gen).to(device)
-
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn_metadata) -> torch.Tensor:
-        return self.hidden[: input_ids.shape[0]]
-
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.logits[: hidden.shape[0]]
-
-    def allocate_kv_cache(self, num_blocks: int, block_size: int, dtype: torch.dtype, device) -> None:
-        pass
 
 
 class _Clock:
@@ -86,7 +68,7 @@ def measure(stub: StubModel, batch: int, steps: int, mode: str, device: torch.de
     engine.runner.execute = clock.wrap("execute", engine.runner.execute)
     params = SamplingParams(max_tokens=steps + 2, ignore_eos=True, seed=None, **MODES[mode])
     gen = torch.Generator().manual_seed(batch)
-    prompts = torch.randint(100, stub.logits.shape[1], (batch, PROMPT_LEN), generator=gen).tolist()
+    prompts = torch.randint(100, stub.vocab_size, (batch, PROMPT_LEN), generator=gen).tolist()
     seqs = [engine.add(prompt, params) for prompt in prompts]
     while any(s.metrics.first_token_time is None for s in seqs):
         engine.step()  # prefill (untimed) until every sequence decodes
@@ -115,7 +97,8 @@ def run(batch_sizes: list[int], steps: int, out_dir: Path) -> dict:
     device = platform.default_device()
     rows = []
     for batch in batch_sizes:
-        stub = StubModel(config.hidden_size, config.vocab_size, max(batch * PROMPT_LEN, 512), device)
+        stub = StubModel(max(batch * PROMPT_LEN, 512), vocab_size=config.vocab_size, hidden_size=config.hidden_size,
+                         free=True, device=device)
         rows += [measure(stub, batch, steps, mode, device) for mode in MODES]
     payload = {"benchmark": "host", "stub": {"hidden_size": config.hidden_size, "vocab_size": config.vocab_size},
                "prompt_len": PROMPT_LEN, "rows": rows}

@@ -1,6 +1,11 @@
 """Offline generation runtime: LLM, SamplingParams and request outputs (vLLM's offline API
 shape) over a scheduler with continuous batching, a paged KV cache with prefix caching, chunked
-prefill, preemption by recompute and bucketed decode graphs.
+prefill, preemption by recompute and bucketed decode graphs. The same names are importable
+from `ascendkit` itself (vLLM's habit).
+
+Flow: LLM -> Engine -> Scheduler (with the BlockManager) -> ModelRunner (-> GraphRunner) ->
+Sampler, then StopChecker. A Sequence changes only through its own methods; the model is
+anything satisfying RuntimeModel (model_interface.py).
 
 Exports load on first use, so the CLI parser (ascendkit.runtime.cli) stays light to import."""
 from __future__ import annotations

@@ -5,13 +5,19 @@ A full block whose KV has been computed is registered under hash(previous block'
 tokens). A new sequence reuses the longest chain of registered blocks matching its prompt; a hit
 is accepted only if the block's stored tokens equal the prompt's and its recorded parent is the
 block just matched, in the same allocation generation — so by induction the whole prefix is
-verified and a hash collision costs a miss, never wrong KV. Freed blocks keep their hash and go to the back of the free list: they
-can be revived by a later hit until the allocator hands them out again (oldest freed first).
+verified and a hash collision costs a miss, never wrong KV. Freed blocks keep their hash and go
+to the back of the free list: they can be revived by a later hit until the allocator hands them
+out again (oldest freed first).
+
+The BlockManager reads sequences (token ids, block table, computed count) but never writes them:
+allocate and append hand back block ids, which the scheduler gives to the sequence
+(Sequence.assign_blocks / extend_blocks); after free_seq the scheduler has the sequence forget
+its table (Sequence.release_blocks / reset_for_recompute).
 """
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Callable, Hashable
+from typing import Callable, Hashable, NamedTuple
 
 from ascendkit.runtime.sequence import Sequence
 
@@ -20,6 +26,11 @@ HashFn = Callable[[Hashable, tuple], Hashable]
 
 def chain_hash(prev: Hashable, tokens: tuple) -> int:
     return hash((prev, tokens))
+
+
+class Allocation(NamedTuple):
+    block_ids: list[int]  # the sequence's whole block table
+    num_cached_tokens: int  # leading tokens whose KV those blocks already hold (prefix-cache hits)
 
 
 class BlockManager:
@@ -72,9 +83,9 @@ class BlockManager:
     def can_allocate(self, seq: Sequence) -> bool:
         return self._allocation_cost(seq)[1] <= len(self.free)
 
-    def allocate(self, seq: Sequence) -> int:
-        """Give `seq` blocks for all its tokens, reusing cached prefix blocks; returns the number
-        of tokens whose KV is already cached (seq.num_computed_tokens is set to it)."""
+    def allocate(self, seq: Sequence) -> Allocation:
+        """Blocks for all of seq's tokens, reusing cached prefix blocks, and the number of tokens
+        whose KV those already hold. The caller hands them to seq (Sequence.assign_blocks)."""
         assert not seq.block_table, "allocate: sequence already holds blocks"
         hits, cost = self._allocation_cost(seq)
         if cost > len(self.free):
@@ -83,10 +94,9 @@ class BlockManager:
             if self.ref_counts[block] == 0:
                 del self.free[block]
             self.ref_counts[block] += 1
-        seq.block_table = hits + [self._take_free() for _ in range(self.blocks_for(len(seq)) - len(hits))]
-        seq.num_computed_tokens = len(hits) * self.block_size
+        blocks = hits + [self._take_free() for _ in range(self.blocks_for(len(seq)) - len(hits))]
         self.num_hashed[seq.seq_id] = len(hits)
-        return seq.num_computed_tokens
+        return Allocation(blocks, len(hits) * self.block_size)
 
     def _take_free(self) -> int:
         block, _ = self.free.popitem(last=False)
@@ -101,12 +111,13 @@ class BlockManager:
     def can_append(self, seq: Sequence) -> bool:
         return self.blocks_for(len(seq)) - len(seq.block_table) <= len(self.free)
 
-    def append(self, seq: Sequence) -> None:
-        """Grow seq's block table to cover all its tokens (after new tokens were sampled)."""
+    def append(self, seq: Sequence) -> list[int]:
+        """New blocks so that seq's table covers all its tokens (after new tokens were sampled);
+        the caller adds them to seq (Sequence.extend_blocks)."""
         missing = self.blocks_for(len(seq)) - len(seq.block_table)
         if missing > len(self.free):
             raise RuntimeError(f"append: need {missing} free KV blocks, {len(self.free)} left")
-        seq.block_table.extend(self._take_free() for _ in range(missing))
+        return [self._take_free() for _ in range(missing)]
 
     def commit(self, seq: Sequence) -> None:
         """Register seq's newly completed full blocks (KV computed) in the prefix cache."""
@@ -127,11 +138,10 @@ class BlockManager:
 
     def free_seq(self, seq: Sequence) -> None:
         """Drop seq's references; blocks reaching 0 join the free list (tail blocks first, so
-        they are reused before the shared prefix blocks in front of them)."""
+        they are reused before the shared prefix blocks in front of them). The caller then has
+        seq forget its table."""
         for block in reversed(seq.block_table):
             self.ref_counts[block] -= 1
             if self.ref_counts[block] == 0:
                 self.free[block] = None
-        seq.block_table = []
-        seq.num_computed_tokens = 0
         self.num_hashed.pop(seq.seq_id, None)

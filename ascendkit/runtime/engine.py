@@ -1,14 +1,17 @@
-"""Engine: one scheduler step at a time — schedule, run the model, commit computed KV to the
-prefix cache, append sampled tokens, and finish sequences whose stop condition holds."""
+"""Engine: one scheduler step at a time — schedule, run the model, advance each scheduled
+sequence past its computed chunk and commit that KV to the prefix cache, append sampled tokens,
+and finish the sequences whose stop condition holds (the StopChecker decides, the engine calls
+Sequence.finish, the scheduler releases the blocks).
+
+The model is anything satisfying RuntimeModel (runtime/model_interface.py)."""
 from __future__ import annotations
 
 import time
 
-from torch import nn
-
 from ascendkit.runtime.block_manager import BlockManager
 from ascendkit.runtime.config import EngineConfig
 from ascendkit.runtime.graph_runner import GraphRunner
+from ascendkit.runtime.model_interface import RuntimeModel
 from ascendkit.runtime.model_runner import ModelRunner
 from ascendkit.runtime.sampler import Sampler
 from ascendkit.runtime.sampling_params import SamplingParams
@@ -18,7 +21,7 @@ from ascendkit.runtime.stopping import StopChecker
 
 
 class Engine:
-    def __init__(self, model: nn.Module, tokenizer, eos_token_ids: set[int], config: EngineConfig, seed: int = 0) -> None:
+    def __init__(self, model: RuntimeModel, tokenizer, eos_token_ids: set[int], config: EngineConfig, seed: int = 0) -> None:
         self.config = config
         model.allocate_kv_cache(config.num_kv_blocks, config.block_size, config.dtype, config.device)
         self.block_manager = BlockManager(config.num_kv_blocks, config.block_size, config.enable_prefix_caching)
@@ -55,19 +58,15 @@ class Engine:
         sampled_seqs, out = self.runner.execute(batch)
         self.num_steps += 1
         for seq, n in zip(batch.seqs, batch.num_new_tokens):
-            seq.num_computed_tokens += n
+            seq.advance(n)
             self.block_manager.commit(seq)
         now = time.perf_counter()
         finished = []
         for i, seq in enumerate(sampled_seqs):
-            token = out.token_ids[i]
-            if seq.logprobs is not None:
-                seq.logprobs.append(out.logprobs[i])
-                seq.cumulative_logprob += out.logprobs[i][token]
-            if seq.metrics.first_token_time is None:
-                seq.metrics.first_token_time = now
-            seq.token_times.append(now)
-            if self.stop.append(seq, token):
+            seq.append_token(out.token_ids[i], out.logprobs[i], now)
+            stop = self.stop.check(seq)
+            if stop is not None:
+                seq.finish(stop.reason, stop.stop_reason, text=stop.text)
                 self.scheduler.finish(seq)
                 self.sampler.release(seq)
                 finished.append(seq)

@@ -7,16 +7,17 @@ captured once and replayed; the captured attention sees max_seqlen_k = max_model
 full-width block table, since host ints are frozen into the graph. On CPU the same buffers,
 bucketing and padding run eagerly (with the batch's real max_seqlen_k and block-table width,
 which an eager call may use), so that logic is tested without a device. Batches larger than
-the largest bucket run eagerly without padding (the ModelRunner checks `fits`).
+the largest bucket run eagerly without padding (the ModelRunner checks `fits`). What is
+captured is the RuntimeModel call model(input_ids, positions, attn_metadata).
 """
 from __future__ import annotations
 
 import bisect
 
 import torch
-from torch import nn
 
 from ascendkit.model.attention_metadata import AttentionMetadata
+from ascendkit.runtime.model_interface import RuntimeModel
 
 
 def bucket_sizes(max_num_seqs: int) -> list[int]:
@@ -30,7 +31,7 @@ def bucket_sizes(max_num_seqs: int) -> list[int]:
 
 
 class GraphRunner:
-    def __init__(self, model: nn.Module, max_num_seqs: int, max_model_len: int, block_size: int,
+    def __init__(self, model: RuntimeModel, max_num_seqs: int, max_model_len: int, block_size: int,
                  device: torch.device, capture: bool) -> None:
         self.model, self.device, self.max_model_len = model, device, max_model_len
         self.buckets = bucket_sizes(max_num_seqs)

@@ -1,4 +1,7 @@
-"""LLM: the offline entry point — vLLM's `LLM(model).generate(prompts, sampling_params)` shape."""
+"""LLM: the offline entry point — vLLM's `LLM(model).generate(prompts, sampling_params)` shape.
+Also `from ascendkit import LLM, SamplingParams`. It loads (or takes) the model, checks it against
+RuntimeModel / RuntimeModelConfig (runtime/model_interface.py), sizes the KV cache and drives the
+Engine; a request's RequestOutput is built from its finished Sequence."""
 from __future__ import annotations
 
 import time
@@ -10,6 +13,7 @@ from tqdm import tqdm
 
 from ascendkit.runtime.config import EngineConfig, kv_cache_blocks, resolve_dtype
 from ascendkit.runtime.engine import Engine
+from ascendkit.runtime.model_interface import RuntimeModel, RuntimeModelConfig, require
 from ascendkit.runtime.outputs import CompletionOutput, RequestOutput
 from ascendkit.runtime.sampling_params import SamplingParams
 from ascendkit.runtime.sequence import Sequence
@@ -62,7 +66,11 @@ class LLM:
         dtype = resolve_dtype(dtype)
         dev = torch.device(device) if device is not None else platform.default_device()
         loaded = model if isinstance(model, LoadedModel) else load_model(model, dtype, dev, quantization)
-        self.model, self.tokenizer, self.model_config = loaded.model, loaded.tokenizer, loaded.config
+        require(loaded.model, RuntimeModel, "model")
+        require(loaded.config, RuntimeModelConfig, "model")
+        self.model: RuntimeModel = loaded.model
+        self.model_config: RuntimeModelConfig = loaded.config
+        self.tokenizer = loaded.tokenizer
         limit = self.model_config.max_position_embeddings
         max_model_len = limit if max_model_len is None else max_model_len
         if not 1 < max_model_len <= limit:

@@ -2,17 +2,19 @@
 model (decode batches through the GraphRunner), and samples on the device.
 
 Host-side preparation is per sequence (list slicing, one padded block-table row each), never
-per token: positions and slot mappings are computed with tensor ops.
+per token: positions and slot mappings are computed with tensor ops. It only reads sequences;
+the engine applies the step's results to them. The model is a RuntimeModel
+(runtime/model_interface.py): called for hidden states, then compute_logits on the sampled rows.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
-from torch import nn
 
 from ascendkit.model.attention_metadata import AttentionMetadata
 from ascendkit.runtime.graph_runner import GraphRunner
+from ascendkit.runtime.model_interface import RuntimeModel
 from ascendkit.runtime.sampler import Sampler, SamplerOutput
 from ascendkit.runtime.scheduler import ScheduledBatch
 from ascendkit.runtime.sequence import Sequence
@@ -28,7 +30,7 @@ class StepInputs:
 
 
 class ModelRunner:
-    def __init__(self, model: nn.Module, block_size: int, device: torch.device, sampler: Sampler,
+    def __init__(self, model: RuntimeModel, block_size: int, device: torch.device, sampler: Sampler,
                  graph_runner: GraphRunner | None) -> None:
         self.model, self.block_size, self.device = model, block_size, device
         self.sampler, self.graph_runner = sampler, graph_runner

@@ -4,7 +4,8 @@ row — penalties, greedy argmax, temperature, top-k / top-p / min-p, seeded sam
 Sampling uses the exponential-race form argmax(p / E) with E ~ Exp(1), equal in distribution to
 a categorical draw. Rows with a seed draw E from their own generator (seeded once per request),
 so a seeded request gets the same tokens whatever batch it runs in. Work a batch does not need
-(penalties, filters, logprobs) is skipped entirely.
+(penalties, filters, logprobs) is skipped entirely. Sequences are only read (params, prompt
+and output ids); the engine appends the sampled tokens.
 """
 from __future__ import annotations
 

@@ -9,10 +9,14 @@ first, so a long prompt never starves them. (2) If nothing was preempted, waitin
 admitted in arrival order while the sequence cap, the budget and the free blocks allow; a prompt
 longer than the remaining budget is split across steps. A request that can never fit (prompt
 >= max_model_len, or more blocks than the whole cache) is finished at once with an error.
+
+The scheduler owns the waiting queue and the running list and moves sequences between them
+through Sequence's own methods: it takes block ids from the BlockManager and hands them to the
+sequence (assign_blocks / extend_blocks), marks admission (start_running), preemption
+(reset_for_recompute) and the release of a finished sequence's blocks (release_blocks).
 """
 from __future__ import annotations
 
-import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -86,7 +90,7 @@ class Scheduler:
                 if victim is seq:
                     break
             else:
-                self.block_manager.append(seq)
+                seq.extend_blocks(self.block_manager.append(seq))
                 n = min(seq.num_uncomputed, budget)
                 batch.seqs.append(seq)
                 batch.num_new_tokens.append(n)
@@ -97,11 +101,8 @@ class Scheduler:
             if not self.block_manager.can_allocate(seq):
                 break
             self.waiting.popleft()
-            cached = self.block_manager.allocate(seq)
-            if seq.metrics.first_scheduled_time is None:
-                seq.metrics.first_scheduled_time = time.perf_counter()
-                seq.metrics.num_cached_tokens = cached
-            seq.status = SequenceStatus.RUNNING
+            seq.assign_blocks(*self.block_manager.allocate(seq))
+            seq.start_running()
             self.running.append(seq)
             n = min(seq.num_uncomputed, budget)
             batch.seqs.append(seq)
@@ -112,8 +113,7 @@ class Scheduler:
     def _preempt(self, seq: Sequence) -> None:
         self.running.remove(seq)
         self.block_manager.free_seq(seq)
-        seq.status = SequenceStatus.WAITING
-        seq.metrics.num_preemptions += 1
+        seq.reset_for_recompute()
         self.num_preemptions += 1
         self.waiting.appendleft(seq)
 
@@ -121,3 +121,4 @@ class Scheduler:
         """Release a sequence the engine just finished (stop condition met)."""
         self.running.remove(seq)
         self.block_manager.free_seq(seq)
+        seq.release_blocks()

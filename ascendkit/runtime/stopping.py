@@ -1,9 +1,23 @@
 """Stop conditions, checked after each new token: stop token ids, EOS (unless ignore_eos), stop
-strings (incremental detokenization, the stop string is cut from the text), and length."""
+strings (incremental detokenization, the stop string is cut from the text), and length.
+
+The StopChecker only reads sequences: check() returns a Stop (why, and the completion's text)
+and the engine finishes the sequence with it (Sequence.finish). Its own state is one incremental
+detokenizer per sequence that watches stop strings, dropped when that sequence stops.
+"""
 from __future__ import annotations
 
-from ascendkit.model.detokenizer import IncrementalDetokenizer
+from dataclasses import dataclass
+
+from ascendkit.model import IncrementalDetokenizer
 from ascendkit.runtime.sequence import Sequence
+
+
+@dataclass
+class Stop:
+    reason: str  # "stop" | "length"
+    stop_reason: str | int | None = None  # the stop string or stop token id; None for EOS / length
+    text: str | None = None  # the completion's text; None without a tokenizer
 
 
 class StopChecker:
@@ -17,45 +31,44 @@ class StopChecker:
                 raise ValueError("stop: stop strings need a tokenizer; this model has none")
             self.detokenizers[seq.seq_id] = IncrementalDetokenizer(self.tokenizer, seq.prompt_token_ids)
 
-    def append(self, seq: Sequence, token: int) -> bool:
-        """Add a sampled token to seq; finish it (and return True) if a stop condition holds."""
-        seq.token_ids.append(token)
-        params = seq.params
+    def check(self, seq: Sequence) -> Stop | None:
+        """After seq's newest token was appended: the Stop that ends it, or None to go on."""
+        token, params = seq.last_token, seq.params
+        stop = None
         if token in params.stop_token_ids:
-            seq.finish("stop", stop_reason=token)
+            stop = Stop("stop", token)
         elif not params.ignore_eos and token in self.eos_token_ids:
-            seq.finish("stop")
+            stop = Stop("stop")
         elif seq.seq_id in self.detokenizers:
-            self._check_strings(seq, token)
-        if not seq.is_finished and len(seq) >= seq.max_len:
-            seq.finish("length")
-        if seq.is_finished:
-            self._finalize_text(seq)
-        return seq.is_finished
+            stop = self._check_strings(seq, token)
+        if stop is None and len(seq) >= seq.max_len:
+            stop = Stop("length")
+        if stop is not None:
+            self.detokenizers.pop(seq.seq_id, None)
+            if stop.text is None:
+                stop.text = self._text(seq, stop)
+        return stop
 
-    def _check_strings(self, seq: Sequence, token: int) -> None:
+    def _check_strings(self, seq: Sequence, token: int) -> Stop | None:
         detok = self.detokenizers[seq.seq_id]
         before = len(detok.text)
         if not detok.feed(token):
-            return
+            return None
         text = detok.text
         found = []
         for stop in seq.params.stop:
             at = text.find(stop, max(0, before - len(stop) + 1))
             if at >= 0:
                 found.append((at, stop))
-        if found:
-            at, stop = min(found)
-            seq.text = text[:at]
-            seq.finish("stop", stop_reason=stop)
+        if not found:
+            return None
+        at, stop = min(found)
+        return Stop("stop", stop, text[:at])  # the text is cut at the stop string
 
-    def _finalize_text(self, seq: Sequence) -> None:
-        self.detokenizers.pop(seq.seq_id, None)
-        if isinstance(seq.stop_reason, str):
-            return  # text already cut at the stop string
+    def _text(self, seq: Sequence, stop: Stop) -> str | None:
         if self.tokenizer is None:
-            return
+            return None
         ids = seq.output_token_ids
-        if seq.finish_reason == "stop":  # a stop token / EOS ends generation but is not text
+        if stop.reason == "stop":  # a stop token / EOS ends generation but is not text
             ids = ids[:-1]
-        seq.text = self.tokenizer.decode(ids)
+        return self.tokenizer.decode(ids)

@@ -1,11 +1,5 @@
-import sys
-from pathlib import Path
-
 import pytest
 import torch
-
-# the runtime tests share stub_model.py (a deterministic stand-in for the model zoo)
-sys.path.insert(0, str(Path(__file__).parent))
 
 
 @pytest.fixture(autouse=True)

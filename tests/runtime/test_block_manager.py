@@ -34,14 +34,15 @@ class Sim:
         """What a model step does: write KV for every uncomputed token, then commit."""
         for pos in range(seq.num_computed_tokens, len(seq)):
             self.kv[(seq.block_table[pos // BLOCK], pos % BLOCK)] = tuple(seq.token_ids[:pos + 1])
-        seq.num_computed_tokens = len(seq)
+        seq.advance(seq.num_uncomputed)
         self.bm.commit(seq)
 
     def allocate(self, tokens: list[int]) -> None:
         seq = self.new_seq(tokens)
         if not self.bm.can_allocate(seq):
             return
-        cached = self.bm.allocate(seq)
+        blocks, cached = self.bm.allocate(seq)
+        seq.assign_blocks(blocks, cached)
         assert cached % BLOCK == 0 and cached < len(seq)
         for pos in range(cached):  # every cached slot holds exactly this prompt's prefix
             assert self.kv[(seq.block_table[pos // BLOCK], pos % BLOCK)] == tuple(tokens[:pos + 1])
@@ -50,16 +51,17 @@ class Sim:
         self.live.append(seq)
 
     def append(self, seq: Sequence, token: int) -> None:
-        seq.token_ids.append(token)
-        if not self.bm.can_append(seq):
-            seq.token_ids.pop()
-            return
-        self.bm.append(seq)
+        if self.bm.blocks_for(len(seq) + 1) - len(seq.block_table) > self.bm.num_free_blocks:
+            return  # no room for the token's block
+        seq.append_token(token, None, 0.0)
+        assert self.bm.can_append(seq)
+        seq.extend_blocks(self.bm.append(seq))
         self.compute(seq)
 
     def free(self, seq: Sequence) -> None:
         self.live.remove(seq)
         self.bm.free_seq(seq)
+        seq.release_blocks()
 
     def check(self) -> None:
         owners = [0] * self.bm.num_blocks
@@ -127,14 +129,14 @@ def test_last_token_never_matched():
     sim = Sim(8, None)
     sim.allocate([1, 2, 3, 4, 5, 6, 7, 8])
     seq = sim.new_seq([1, 2, 3, 4, 5, 6, 7, 8])
-    assert sim.bm.allocate(seq) == 4  # the second block would cover the last token: recomputed
+    assert sim.bm.allocate(seq).num_cached_tokens == 4  # the second block would cover the last token: recomputed
 
 
 def test_eviction_takes_oldest_freed_first():
     bm = BlockManager(4, BLOCK)
     seqs = [Sequence(i, [i + 1] * BLOCK, SamplingParams(), 100) for i in range(2)]
     for s in seqs:
-        bm.allocate(s)
+        s.assign_blocks(*bm.allocate(s))
     bm.free_seq(seqs[1])
     bm.free_seq(seqs[0])
     assert list(bm.free) == [2, 3, 1, 0]

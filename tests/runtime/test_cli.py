@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from ascendkit import cli
+from ascendkit.bench.stub_model import stub_loaded
 from ascendkit.runtime import llm as llm_module
-from stub_model import stub_loaded
 
 
 @pytest.fixture

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
+from ascendkit.bench.stub_model import StubModel
 from ascendkit.runtime.graph_runner import GraphRunner, bucket_sizes
 from ascendkit.runtime.model_runner import ModelRunner
 from ascendkit.runtime.sampler import Sampler
 from ascendkit.runtime.sampling_params import SamplingParams
 from ascendkit.runtime.scheduler import ScheduledBatch
 from ascendkit.runtime.sequence import Sequence
-from stub_model import StubModel
 
 BLOCK = 4
 
@@ -30,9 +30,8 @@ def _decode_batch(num_seqs: int) -> ScheduledBatch:
     for i in range(num_seqs):
         seq = Sequence(i, [(i * 7 + k) % 50 + 1 for k in range(3 + 5 * i)], SamplingParams(), 256)
         blocks = -(-len(seq) // BLOCK)
-        seq.block_table = list(range(next_block, next_block + blocks))
+        seq.assign_blocks(list(range(next_block, next_block + blocks)), len(seq) - 1)
         next_block += blocks
-        seq.num_computed_tokens = len(seq) - 1
         seqs.append(seq)
     return ScheduledBatch(seqs, [1] * num_seqs)
 

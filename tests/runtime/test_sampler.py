@@ -15,7 +15,8 @@ CPU = torch.device("cpu")
 
 def seq(i: int, params: SamplingParams, prompt=(1, 2), output=()) -> Sequence:
     s = Sequence(i, list(prompt), params, 1000)
-    s.token_ids += list(output)
+    for token in output:
+        s.append_token(token, None, 0.0)
     return s
 
 

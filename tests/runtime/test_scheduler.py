@@ -21,10 +21,10 @@ def new(i: int, n: int, max_tokens: int = 16) -> Sequence:
 def advance(sched: Scheduler, batch) -> None:
     """What the engine does after a step: mark the chunk computed, append a token when sampled."""
     for seq, n in zip(batch.seqs, batch.num_new_tokens):
-        seq.num_computed_tokens += n
+        seq.advance(n)
         sched.block_manager.commit(seq)
         if seq.num_computed_tokens == len(seq):
-            seq.token_ids.append(1)
+            seq.append_token(1, None, 0.0)
 
 
 def test_long_prompt_chunked_and_decodes_never_starved():
