@@ -23,15 +23,17 @@ def _info(args: argparse.Namespace) -> int:
 def _check_ascend(args: argparse.Namespace) -> int:
     from ascendkit.lowering import gate
 
-    return gate.main(sum((["--family", f] for f in args.family or ()), []))
+    return gate.main(sum((["--family", f] for f in args.family or ()), []) + (["--json"] if args.json else []))
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ascendkit", description="Kernel-first LLM inference for Ascend NPUs.")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="device, versions, core counts and device peaks").set_defaults(func=_info)
-    check = sub.add_parser("check-ascend", help="lower every kernel for Ascend910B4 on this machine and report hazards")
+    check = sub.add_parser("check-ascend", help="compile every kernel for Ascend910B4 on this machine (front end + "
+                           "bishengir-compile up to hivmc): planned UB/L1/L0C, static cost, hazards")
     check.add_argument("--family", action="append", help="only this kernel family (repeatable)")
+    check.add_argument("--json", action="store_true", help="reports as JSON (exit 0; the caller judges)")
     check.set_defaults(func=_check_ascend)
     from ascendkit.bench.cli import add_bench_parser
     from ascendkit.runtime.cli import add_generate_parsers

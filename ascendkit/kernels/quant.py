@@ -15,9 +15,11 @@ from ascendkit.kernels._int8 import quantize_int8, round_half_even
 from ascendkit.kernels._reduce import fast_max, fast_min
 from ascendkit.platform import grid_size
 
-# The gate's on-chip estimate is ~8 bytes per element (input, fp32 copy, int8 result): 8192 -> ~64 KB.
-MAX_SINGLE_PASS = 8192
-CHUNK = 2048
+# bishengir-compile plans ~75-90 bytes of UB per element (fp32 temporaries of the round-half-even
+# quantization, double-buffered): a 2048-wide tile came to 149-182 KB, 8192 overflowed the 192 KB;
+# 1024-wide tiles stay at 74-91 KB.
+MAX_SINGLE_PASS = 1024
+CHUNK = 1024
 
 
 @triton.jit

@@ -15,8 +15,10 @@ import triton.language as tl
 
 from ascendkit.platform import grid_size
 
-# Elements of one (x1, x2) tile pair: their fp32 copies and results stay well under the UB budget.
-MAX_TILE = 2048
+# Pairs per (x1, x2) tile. GPT-J's on-chip even/odd split (reshape, split, join) holds more
+# temporaries: bishengir-compile plans ~90-175 bytes of UB per pair for it (1024 pairs: 133-176 KB,
+# 512: ~89 KB), neox well under 160 KB at 2048 pairs.
+MAX_TILE = {True: 2048, False: 512}  # by is_neox
 
 
 @triton.jit
@@ -63,10 +65,10 @@ def rotary_embedding_kernel(
             _rotate_heads(k_ptr + t64 * k_tok_stride, k_head_stride, cos, sin, NK, HALF, IS_NEOX, K_HEAD_BLOCK, HALF_BLOCK)
 
 
-def blocks_for(heads: int, half: int) -> tuple[int, int]:
+def blocks_for(heads: int, half: int, is_neox: bool) -> tuple[int, int]:
     """(HEAD_BLOCK, HALF_BLOCK) for `heads` heads rotating `half` pairs each."""
     half_block = triton.next_power_of_2(half)
-    return min(triton.next_power_of_2(heads), max(1, MAX_TILE // half_block)), half_block
+    return min(triton.next_power_of_2(heads), max(1, MAX_TILE[is_neox] // half_block)), half_block
 
 
 def _head_layout(x: torch.Tensor, head_size: int) -> tuple[int, int, int]:
@@ -84,8 +86,8 @@ def rotary_embedding(positions: torch.Tensor, query: torch.Tensor, key: torch.Te
     half = cos_sin_cache.shape[1] // 2
     nq, q_tok, q_head = _head_layout(query, head_size)
     nk, k_tok, k_head = _head_layout(key, head_size) if key is not None else (1, 0, 0)
-    q_block, half_block = blocks_for(nq, half)
-    k_block, _ = blocks_for(nk, half)
+    q_block, half_block = blocks_for(nq, half, is_neox)
+    k_block, _ = blocks_for(nk, half, is_neox)
     rotary_embedding_kernel[(grid_size(query.device, tokens),)](
         positions, query, key if key is not None else query, cos_sin_cache,
         tokens, q_tok, q_head, k_tok, k_head,

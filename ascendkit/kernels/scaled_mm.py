@@ -108,9 +108,12 @@ def tiles_for(m: int, a_mode: int) -> tuple[int, int, int]:
     """(BLOCK_M, BLOCK_N, BLOCK_K). Small M is padded to the 16-row dot tile; from M > 32 a square
     64x64 tile (more reuse per loaded byte than 32x128, same int32 accumulator and fp32 epilogue
     size: 64x128 overflows the UB budget). The float prologue of the fused modes holds fp32
-    temporaries per element, so those step K by 64."""
+    temporaries per element of the [BLOCK_M, BLOCK_K] a tile, so those step K by 64, and by 32 at
+    64 rows (bishengir-compile planned 167 KB of UB for the dynamic 64x64x64 tile)."""
     block_m, block_n = (16, 128) if m <= 16 else (32, 128) if m <= 32 else (64, 64)
-    return block_m, block_n, 128 if a_mode == A_INT8 else 64
+    if a_mode == A_INT8:
+        return block_m, block_n, 128
+    return block_m, block_n, 64 if block_m <= 32 else 32
 
 
 def _launch(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, a_scales: torch.Tensor, b_scales: torch.Tensor,

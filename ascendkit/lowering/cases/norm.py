@@ -12,7 +12,7 @@ def cases() -> list[LoweringCase]:
             name=f"{'fused_add_rms_norm' if has_residual else 'rms_norm'}[h={hidden},{dtype}]",
             kernel=rms_norm_kernel,
             arg_types=signature_types(rms_norm_kernel, dtype, eps="fp32"),
-            constexprs={"N": hidden, "BLOCK": block_for(hidden), "HAS_RESIDUAL": has_residual},
+            constexprs={"N": hidden, "BLOCK": block_for(hidden, has_residual), "HAS_RESIDUAL": has_residual},
         )
         for dtype in DTYPES
         for hidden in HIDDEN_SIZES

@@ -21,13 +21,13 @@ def cases() -> list[LoweringCase]:
     for dtype in DTYPES:
         for name, nq, nk, head_size, rot_dim in MODELS:
             for is_neox in (True, False):
-                q_block, half_block = blocks_for(nq, rot_dim // 2)
+                q_block, half_block = blocks_for(nq, rot_dim // 2, is_neox)
                 cases.append(LoweringCase(
                     name=f"rotary_embedding[{name},d={head_size},rot={rot_dim},{'neox' if is_neox else 'gptj'},{dtype}]",
                     kernel=rotary_embedding_kernel,
                     arg_types=signature_types(rotary_embedding_kernel, dtype, pos_ptr="*i64", cache_ptr="*fp32"),
                     constexprs={"NQ": nq, "NK": nk, "HALF": rot_dim // 2, "IS_NEOX": is_neox, "HAS_KEY": True,
-                                "Q_HEAD_BLOCK": q_block, "K_HEAD_BLOCK": blocks_for(nk, rot_dim // 2)[0],
+                                "Q_HEAD_BLOCK": q_block, "K_HEAD_BLOCK": blocks_for(nk, rot_dim // 2, is_neox)[0],
                                 "HALF_BLOCK": half_block},
                 ))
     return cases
