@@ -2,7 +2,7 @@
 strings (incremental detokenization, the stop string is cut from the text), and length."""
 from __future__ import annotations
 
-from ascendkit.model.detokenizer import IncrementalDetokenizer
+from ascendkit.model.tokenizers.detokenizer import IncrementalDetokenizer
 from ascendkit.runtime.sequence import Sequence
 
 
