@@ -91,7 +91,7 @@ def measure(stub: StubModel, batch: int, steps: int, mode: str, device: torch.de
 
 def run(batch_sizes: list[int], steps: int, out_dir: Path) -> dict:
     from ascendkit.model import default_model_path
-    from ascendkit.model.gguf_loader import GGUFFile
+    from ascendkit.model.loading.gguf_loader import GGUFFile
 
     config = GGUFFile(default_model_path()).config()
     device = platform.default_device()

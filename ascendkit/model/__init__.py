@@ -1,12 +1,27 @@
-"""Model zoo on torch.ops.ascend: LlamaForCausalLM (Llama 2/3, SmolLM2, Mistral, Qwen2, Qwen3),
-DeepseekV2ForCausalLM (MLA, dense/MoE), loaders (HF safetensors dirs, GGUF), W8A8, tokenizer."""
+"""Model zoo on torch.ops.ascend.
+
+Architectures (HF `architectures[0]`; architectures/registry.py is the list):
+LlamaForCausalLM (Llama 2/3, SmolLM2; also MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM),
+Gemma3ForCausalLM (Gemma 3 text: GeGLU, sandwich norms, sliding/full layers),
+DeepseekV2ForCausalLM (MLA, dense/MoE).
+
+Parts, importing one way (loading -> architectures -> layers -> ops; tokenizers only each other):
+- layers/: attention, MLA, linear (float / W8A8), RMSNorm, gated MLP, MoE, rotary + rope scaling
+- architectures/: ModelConfig, the decoder skeleton (base.py), one file per architecture, the
+  registry
+- loading/: config.json parsing, checkpoint streaming, GGUF reader/loader, embedded models,
+  W8A8 quantize/save/load, load_model
+- tokenizers/: HF tokenizer.json, GGUF metadata tokenizers, incremental detokenizer
+- attention_metadata.py: the flat-batch attention inputs, the runtime <-> model contract
+"""
+from ascendkit.model.architectures.model_config import ModelConfig
 from ascendkit.model.attention_metadata import AttentionMetadata
-from ascendkit.model.config import ModelConfig, load_config, parse_config
-from ascendkit.model.detokenizer import IncrementalDetokenizer
-from ascendkit.model.embedded import EMBEDDED_MODELS, default_model_path, embedded_model_path
-from ascendkit.model.loader import LoadedModel, build_model, load_model
-from ascendkit.model.tokenizer import Tokenizer
-from ascendkit.model.w8a8 import quantize_w8a8, save_w8a8
+from ascendkit.model.loading.config import load_config, parse_config
+from ascendkit.model.loading.embedded import EMBEDDED_MODELS, default_model_path, embedded_model_path
+from ascendkit.model.loading.loader import LoadedModel, build_model, load_model
+from ascendkit.model.loading.w8a8 import quantize_w8a8, save_w8a8
+from ascendkit.model.tokenizers.detokenizer import IncrementalDetokenizer
+from ascendkit.model.tokenizers.tokenizer import Tokenizer
 
 __all__ = [
     "AttentionMetadata", "EMBEDDED_MODELS", "IncrementalDetokenizer", "LoadedModel", "ModelConfig", "Tokenizer", "build_model",

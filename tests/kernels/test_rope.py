@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from ascendkit.model.rope_scaling import build_cos_sin_cache
+from ascendkit.model.layers.rope_scaling import build_cos_sin_cache
 from opchecks import run_both
 
 OP = torch.ops.ascend.rotary_embedding

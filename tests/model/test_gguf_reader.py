@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ascendkit.model import default_model_path
-from ascendkit.model.gguf_reader import read_gguf
+from ascendkit.model.loading.gguf_reader import read_gguf
 
 
 def _same_as_gguf_reader(path: str) -> None:

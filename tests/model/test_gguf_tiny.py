@@ -110,7 +110,7 @@ def test_inconsistent_tokenizer_metadata_names_the_file(tiny_gguf):
 
 
 def test_rope_scaling_metadata():
-    from ascendkit.model.gguf_loader import _rope_scaling
+    from ascendkit.model.loading.gguf_loader import _rope_scaling
 
     meta = {"llama.rope.scaling.type": "yarn", "llama.rope.scaling.factor": 4.0,
             "llama.rope.scaling.original_context_length": 4096}

@@ -12,8 +12,8 @@ import os
 import pytest
 
 from ascendkit.model import IncrementalDetokenizer, Tokenizer, embedded_model_path
-from ascendkit.model.gguf_reader import read_gguf
-from ascendkit.model.gguf_tokenizer import SPACE_PIECE, build_backend, derive_merges
+from ascendkit.model.loading.gguf_reader import read_gguf
+from ascendkit.model.tokenizers.gguf import SPACE_PIECE, build_backend, derive_merges
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("gemma3_270m")]
 

@@ -9,7 +9,7 @@ from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-from ascendkit.model.rope_scaling import build_cos_sin_cache, inv_freq_and_attention_factor, yarn_softmax_mscale
+from ascendkit.model.layers.rope_scaling import build_cos_sin_cache, inv_freq_and_attention_factor, yarn_softmax_mscale
 
 YARN_DEEPSEEK = {"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096, "beta_fast": 32,
                  "beta_slow": 1, "mscale": 0.707, "mscale_all_dim": 0.707}

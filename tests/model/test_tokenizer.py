@@ -5,7 +5,7 @@ import os
 import pytest
 
 from ascendkit.model import IncrementalDetokenizer, Tokenizer, default_model_path
-from ascendkit.model.gguf_loader import GGUFFile
+from ascendkit.model.loading.gguf_loader import GGUFFile
 
 TEXTS = [
     "Hello, world!",

@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
-from ascendkit.model.linear import Linear
+from ascendkit.model.layers.linear import Linear
 
 
 def _linears(model: nn.Module) -> list[tuple[str, Linear]]:

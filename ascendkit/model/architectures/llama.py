@@ -1,14 +1,16 @@
 """LlamaForCausalLM: Llama 2/3, SmolLM2, Mistral, Qwen2 (qkv bias), Qwen3 (q/k norm)."""
 from __future__ import annotations
 
-from ascendkit.model.attention import Attention
-from ascendkit.model.base import CausalLM, DecoderLayer, DecoderModel
-from ascendkit.model.config import ModelConfig
-from ascendkit.model.mlp import GatedMLP
-from ascendkit.model.rotary import RotaryEmbedding
+from ascendkit.model.architectures.base import CausalLM, DecoderLayer, DecoderModel
+from ascendkit.model.architectures.model_config import ModelConfig
+from ascendkit.model.layers.attention import Attention
+from ascendkit.model.layers.mlp import GatedMLP
+from ascendkit.model.layers.rotary import RotaryEmbedding
 
 
 class LlamaForCausalLM(CausalLM):
+    family = "llama"
+
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config)
         c = config

@@ -11,7 +11,7 @@ from typing import Iterable, NamedTuple
 import torch
 from torch import nn
 
-from ascendkit.model.linear import Linear
+from ascendkit.model.layers.linear import Linear
 
 
 class _Target(NamedTuple):

@@ -11,10 +11,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ascendkit.model.architectures.model_config import ModelConfig
 from ascendkit.model.attention_metadata import AttentionMetadata
-from ascendkit.model.config import ModelConfig
-from ascendkit.model.linear import Linear
-from ascendkit.model.norm import RMSNorm
+from ascendkit.model.layers.linear import Linear
+from ascendkit.model.layers.norm import RMSNorm
 
 
 class DecoderLayer(nn.Module):
@@ -67,7 +67,10 @@ class DecoderModel(nn.Module):
 
 
 class CausalLM(nn.Module):
-    """Subclasses build `self.model = DecoderModel(...)`; this adds the LM head and KV cache."""
+    """Subclasses build `self.model = DecoderModel(...)`; this adds the LM head and KV cache.
+    Subclasses set `family`, the name config parsing knows them by (ModelConfig.family)."""
+
+    family: str
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()

@@ -19,8 +19,9 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-from ascendkit.model.config import ModelConfig, parse_config
-from ascendkit.model.gguf_reader import read_gguf
+from ascendkit.model.architectures.model_config import ModelConfig
+from ascendkit.model.loading.config import parse_config
+from ascendkit.model.loading.gguf_reader import read_gguf
 
 _LAYER_NAMES = {
     "attn_norm": "input_layernorm",

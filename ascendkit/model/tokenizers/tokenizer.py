@@ -1,5 +1,5 @@
 """Tokenizer on the `tokenizers` package: from an HF directory (tokenizer.json +
-tokenizer_config.json) or rebuilt from GGUF metadata (gguf_tokenizer.py: byte-level BPE or
+tokenizer_config.json) or rebuilt from GGUF metadata (tokenizers/gguf.py: byte-level BPE or
 SentencePiece BPE, special tokens, chat template). Chat templates render with jinja2 the way
 HF's apply_chat_template does.
 """
@@ -14,8 +14,8 @@ import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer as _Backend
 
-from ascendkit.model.detokenizer import IncrementalDetokenizer
-from ascendkit.model.gguf_tokenizer import build_backend
+from ascendkit.model.tokenizers.detokenizer import IncrementalDetokenizer
+from ascendkit.model.tokenizers.gguf import build_backend
 
 __all__ = ["Tokenizer", "IncrementalDetokenizer"]
 
@@ -66,7 +66,7 @@ class Tokenizer:
     @classmethod
     def from_gguf_metadata(cls, metadata: dict[str, Any], source: str) -> "Tokenizer":
         """From tokenizer.ggml.* metadata: byte-level BPE ("gpt2") or SentencePiece BPE ("llama",
-        Gemma); see gguf_tokenizer.py."""
+        Gemma); see gguf.py."""
         backend = build_backend(metadata, source)
         tokens = metadata["tokenizer.ggml.tokens"]
         bos_id, eos_id = metadata.get("tokenizer.ggml.bos_token_id"), metadata.get("tokenizer.ggml.eos_token_id")

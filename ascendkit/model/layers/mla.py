@@ -14,9 +14,9 @@ from torch import nn
 
 import ascendkit.ops as ak
 from ascendkit.model.attention_metadata import AttentionMetadata
-from ascendkit.model.linear import Linear
-from ascendkit.model.norm import RMSNorm
-from ascendkit.model.rotary import RotaryEmbedding
+from ascendkit.model.layers.linear import Linear
+from ascendkit.model.layers.norm import RMSNorm
+from ascendkit.model.layers.rotary import RotaryEmbedding
 
 # HF builds q_a_layernorm / kv_a_layernorm with DeepseekV2RMSNorm's default eps, not rms_norm_eps.
 LATENT_NORM_EPS = 1e-6

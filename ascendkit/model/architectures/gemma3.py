@@ -5,15 +5,14 @@ per-layer attention: sliding-window layers use a local rope base, full layers th
 from __future__ import annotations
 
 import torch
-from torch import nn
 
-from ascendkit.model.attention import Attention
+from ascendkit.model.architectures.base import CausalLM, DecoderLayer, DecoderModel
+from ascendkit.model.architectures.model_config import ModelConfig
 from ascendkit.model.attention_metadata import AttentionMetadata
-from ascendkit.model.base import CausalLM, DecoderLayer, DecoderModel
-from ascendkit.model.config import ModelConfig
-from ascendkit.model.mlp import GatedMLP
-from ascendkit.model.norm import RMSNorm
-from ascendkit.model.rotary import RotaryEmbedding
+from ascendkit.model.layers.attention import Attention
+from ascendkit.model.layers.mlp import GatedMLP
+from ascendkit.model.layers.norm import RMSNorm
+from ascendkit.model.layers.rotary import RotaryEmbedding
 
 NORM_OFFSET = 1.0  # Gemma norms scale by (1 + w)
 
@@ -36,6 +35,8 @@ class SandwichDecoderLayer(DecoderLayer):
 
 
 class Gemma3ForCausalLM(CausalLM):
+    family = "gemma3"
+
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config)
         c = config

@@ -7,9 +7,9 @@ from torch import nn
 
 import ascendkit.ops as ak
 from ascendkit.model.attention_metadata import AttentionMetadata
-from ascendkit.model.linear import Linear
-from ascendkit.model.norm import RMSNorm
-from ascendkit.model.rotary import RotaryEmbedding
+from ascendkit.model.layers.linear import Linear
+from ascendkit.model.layers.norm import RMSNorm
+from ascendkit.model.layers.rotary import RotaryEmbedding
 
 
 class Attention(nn.Module):

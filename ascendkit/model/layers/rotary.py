@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 import ascendkit.ops as ak
-from ascendkit.model.rope_scaling import build_cos_sin_cache
+from ascendkit.model.layers.rope_scaling import build_cos_sin_cache
 
 
 class RotaryEmbedding(nn.Module):

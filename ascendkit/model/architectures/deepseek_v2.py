@@ -2,16 +2,18 @@
 MoE (routed + shared experts) after, as in HF transformers 5."""
 from __future__ import annotations
 
-from ascendkit.model.base import CausalLM, DecoderLayer, DecoderModel
-from ascendkit.model.config import ModelConfig
-from ascendkit.model.mla import MLAttention
-from ascendkit.model.mlp import GatedMLP
-from ascendkit.model.moe import MoE
-from ascendkit.model.rope_scaling import yarn_softmax_mscale
-from ascendkit.model.rotary import RotaryEmbedding
+from ascendkit.model.architectures.base import CausalLM, DecoderLayer, DecoderModel
+from ascendkit.model.architectures.model_config import ModelConfig
+from ascendkit.model.layers.mla import MLAttention
+from ascendkit.model.layers.mlp import GatedMLP
+from ascendkit.model.layers.moe import MoE
+from ascendkit.model.layers.rope_scaling import yarn_softmax_mscale
+from ascendkit.model.layers.rotary import RotaryEmbedding
 
 
 class DeepseekV2ForCausalLM(CausalLM):
+    family = "deepseek_v2"
+
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config)
         c, g = config, config.get

@@ -1,25 +1,18 @@
-"""ModelConfig: the fields of an HF config.json the model zoo reads, normalised across
-transformers 4.x (`rope_theta` + `rope_scaling`) and 5.x (`rope_parameters`) spellings, with
-Gemma 3's defaults (HF's Gemma3TextConfig) filled in where its config.json leaves them out."""
+"""parse_config / load_config: an HF config.json -> ModelConfig (architectures/model_config.py),
+normalised across transformers 4.x (`rope_theta` + `rope_scaling`) and 5.x (`rope_parameters`)
+spellings, with Gemma 3's defaults (HF's Gemma3TextConfig) filled in where its config.json
+leaves them out.
+`architectures[0]` must be a name in architectures/registry.py. Fields specific to one
+architecture either stay in `raw` for its class to read (DeepSeek-V2's MLA/MoE fields) or are
+parsed here into ModelConfig fields (Gemma 3's layer types, local rope base, softmax scale)."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-# architectures[0] in config.json -> the model zoo family that implements it.
-ARCHITECTURES = {
-    "LlamaForCausalLM": "llama",
-    "MistralForCausalLM": "llama",
-    "Qwen2ForCausalLM": "llama",
-    "Qwen3ForCausalLM": "llama",
-    "DeepseekV2ForCausalLM": "deepseek_v2",
-    "Gemma3ForCausalLM": "gemma3",
-}
-
-# HF config spelling of the MLP activation -> the ascendkit gated-activation op prefix.
-ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh"}
+from ascendkit.model.architectures.model_config import ModelConfig
+from ascendkit.model.architectures.registry import ARCHITECTURES, model_class
+from ascendkit.model.layers.mlp import ACTIVATIONS
 
 # Gemma3TextConfig's defaults: a config.json written by transformers omits fields left at them,
 # and a GGUF carries none of these.
@@ -28,45 +21,6 @@ _GEMMA3_DEFAULTS = {
     "sliding_window": 4096, "sliding_window_pattern": 6, "rope_theta": 1_000_000.0,
     "rope_local_base_freq": 10_000.0, "tie_word_embeddings": True, "rms_norm_eps": 1e-6,
 }
-
-
-@dataclass
-class ModelConfig:
-    architecture: str
-    vocab_size: int
-    hidden_size: int
-    intermediate_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
-    max_position_embeddings: int
-    rms_norm_eps: float = 1e-6
-    rope_theta: float = 10000.0
-    rope_scaling: dict | None = None  # HF rope parameters without rope_theta; None = default rope
-    tie_word_embeddings: bool = False
-    qkv_bias: bool = False  # Qwen2 (always), Llama's attention_bias
-    o_bias: bool = False
-    qk_norm: bool = False  # Qwen3: per-head RMSNorm on q and k before rope
-    mlp_bias: bool = False
-    sliding_window: int = 0  # 0 = full attention (unified_attention convention)
-    hidden_act: str = "silu"  # key of ACTIVATIONS
-    # Per-layer "sliding_attention" / "full_attention" (Gemma 3); empty: every layer uses
-    # sliding_window and rope_theta as above.
-    layer_types: list[str] = field(default_factory=list)
-    local_rope_theta: float = 10000.0  # rope base of the sliding layers when layer_types is set
-    attention_scale: float | None = None  # softmax scale; None = head_dim ** -0.5
-    final_logit_softcapping: float = 0.0  # 0 = off
-    bos_token_id: int | None = None
-    eos_token_id: list[int] = field(default_factory=list)
-    raw: dict[str, Any] = field(default_factory=dict, repr=False)  # the whole config.json (DeepSeek fields etc.)
-
-    @property
-    def family(self) -> str:
-        return ARCHITECTURES[self.architecture]
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.raw.get(key, default)
 
 
 def _rope(raw: dict) -> tuple[float, dict | None]:
@@ -111,9 +65,8 @@ def parse_config(raw: dict, source: str = "config.json") -> ModelConfig:
     if not archs:
         raise ValueError(f"{source}: no 'architectures' entry; supported: {sorted(ARCHITECTURES)}")
     arch = archs[0]
-    if arch not in ARCHITECTURES:
-        raise ValueError(f"{source}: unknown architecture {arch!r}; supported: {sorted(ARCHITECTURES)}")
-    gemma3 = ARCHITECTURES[arch] == "gemma3"
+    family = model_class(arch, source).family
+    gemma3 = family == "gemma3"
     if gemma3:
         raw = {**_GEMMA3_DEFAULTS, **{k: v for k, v in raw.items() if v is not None}}
     act_key = "hidden_activation" if "hidden_activation" in raw else "hidden_act"
@@ -127,10 +80,11 @@ def parse_config(raw: dict, source: str = "config.json") -> ModelConfig:
         window = None  # Qwen2/3 configs carry a window size but only use it when enabled
     eos = raw.get("eos_token_id")
     head_dim = raw.get("head_dim") or raw["hidden_size"] // heads
-    if ARCHITECTURES[arch] == "deepseek_v2":
+    if family == "deepseek_v2":
         head_dim = raw["qk_nope_head_dim"] + raw["qk_rope_head_dim"]
     return ModelConfig(
         architecture=arch,
+        family=family,
         vocab_size=raw["vocab_size"],
         hidden_size=raw["hidden_size"],
         intermediate_size=raw["intermediate_size"],

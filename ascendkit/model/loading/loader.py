@@ -11,29 +11,21 @@ import torch
 from safetensors import safe_open
 from torch import nn
 
-from ascendkit.model.config import ModelConfig, load_config
-from ascendkit.model.embedded import EMBEDDED_MODELS, embedded_model_path
-from ascendkit.model.gguf_loader import GGUFFile
-from ascendkit.model.tokenizer import Tokenizer
-from ascendkit.model.w8a8 import checkpoint_is_w8a8, prepare_w8a8_shells, quantize_w8a8
-from ascendkit.model.weights import load_weights
+from ascendkit.model.architectures.model_config import ModelConfig
+from ascendkit.model.architectures.registry import model_class
+from ascendkit.model.loading.checkpoint import load_weights
+from ascendkit.model.loading.config import load_config
+from ascendkit.model.loading.embedded import EMBEDDED_MODELS, embedded_model_path
+from ascendkit.model.loading.gguf_loader import GGUFFile
+from ascendkit.model.loading.w8a8 import checkpoint_is_w8a8, prepare_w8a8_shells, quantize_w8a8
+from ascendkit.model.tokenizers.tokenizer import Tokenizer
+
 
 @dataclass
 class LoadedModel:
-    model: nn.Module  # LlamaForCausalLM / DeepseekV2ForCausalLM, KV cache not yet allocated
+    model: nn.Module  # the registry's class for the architecture, KV cache not yet allocated
     tokenizer: Tokenizer | None  # None for a directory without tokenizer.json
     config: ModelConfig
-
-
-def model_class(config: ModelConfig) -> type[nn.Module]:
-    if config.family == "deepseek_v2":
-        from ascendkit.model.deepseek_v2 import DeepseekV2ForCausalLM
-        return DeepseekV2ForCausalLM
-    if config.family == "gemma3":
-        from ascendkit.model.gemma3 import Gemma3ForCausalLM
-        return Gemma3ForCausalLM
-    from ascendkit.model.llama import LlamaForCausalLM
-    return LlamaForCausalLM
 
 
 @contextmanager
@@ -49,7 +41,7 @@ def _default_dtype(dtype: torch.dtype):
 def build_model(config: ModelConfig, dtype: torch.dtype, device: str | torch.device) -> nn.Module:
     """The model with uninitialised parameters, created directly on `device` in `dtype`."""
     with _default_dtype(dtype), torch.device(device):
-        return model_class(config)(config)
+        return model_class(config.architecture)(config)
 
 
 def _safetensors(directory: Path, names_only: bool = False) -> Iterator[tuple[str, str, torch.Tensor | None]]:

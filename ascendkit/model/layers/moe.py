@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ascendkit.model.mlp import GatedMLP
+from ascendkit.model.layers.mlp import GatedMLP
 
 
 class Router(nn.Module):

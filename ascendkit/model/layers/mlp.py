@@ -6,8 +6,10 @@ import torch
 from torch import nn
 
 import ascendkit.ops as ak
-from ascendkit.model.config import ACTIVATIONS
-from ascendkit.model.linear import Linear
+from ascendkit.model.layers.linear import Linear
+
+# HF config spelling of the MLP activation -> the ascendkit gated-activation op prefix.
+ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh"}
 
 
 class GatedMLP(nn.Module):

@@ -1,0 +1,27 @@
+"""The supported architectures: `architectures[0]` of an HF config.json -> the class that
+implements it. Config validation (loading/config.py) and the loader's class choice
+(loading/loader.py) both read this table; adding an architecture is its file in this folder
+and one line here."""
+from __future__ import annotations
+
+from ascendkit.model.architectures.base import CausalLM
+from ascendkit.model.architectures.deepseek_v2 import DeepseekV2ForCausalLM
+from ascendkit.model.architectures.gemma3 import Gemma3ForCausalLM
+from ascendkit.model.architectures.llama import LlamaForCausalLM
+
+ARCHITECTURES: dict[str, type[CausalLM]] = {
+    "LlamaForCausalLM": LlamaForCausalLM,
+    "MistralForCausalLM": LlamaForCausalLM,
+    "Qwen2ForCausalLM": LlamaForCausalLM,
+    "Qwen3ForCausalLM": LlamaForCausalLM,
+    "DeepseekV2ForCausalLM": DeepseekV2ForCausalLM,
+    "Gemma3ForCausalLM": Gemma3ForCausalLM,
+}
+
+
+def model_class(architecture: str, source: str = "config.json") -> type[CausalLM]:
+    """The class for an `architectures[0]` name; ValueError naming `source` and listing the
+    supported names for any other."""
+    if architecture not in ARCHITECTURES:
+        raise ValueError(f"{source}: unknown architecture {architecture!r}; supported: {sorted(ARCHITECTURES)}")
+    return ARCHITECTURES[architecture]

@@ -1,0 +1,4 @@
+"""nn.Module layers on torch.ops.ascend, shared by the architectures: MHA/GQA attention and
+DeepSeek MLA over paged caches, Linear (float or W8A8, merged projections), RMSNorm, gated MLP,
+DeepSeek MoE, rotary embedding and HF rope scaling. Imports only ascendkit.ops and
+ascendkit.model.attention_metadata."""
