@@ -3,8 +3,9 @@
 Work item = (sequence, KV head, KV split). The G query heads sharing a KV head form the rows of
 one tl.dot tile (padded to 16, the smallest dot operand), so each K/V tile is read once per
 group. With one split the kernel writes the output directly. When the batch is too small to
-occupy the cores and the block table can hold long contexts, each sequence's key range is cut
-into `num_splits` TILE_N-aligned slices: the decode kernel writes per-split partial state
+occupy the cores and the block table can hold long contexts, each sequence's own key range
+(its length, or its window) is cut into `num_splits` TILE_N-aligned slices of at least
+MIN_SPLIT_TOKENS keys, computed in the kernel from seq_lens: the decode kernel writes per-split partial state
 (unnormalised acc, running max m, denominator l, all fp32) and a vector reduce kernel merges
 them: out = Σ_s acc_s·e^(m_s − M) / Σ_s l_s·e^(m_s − M), M = max_s m_s. The split count comes
 from shapes only (batch, heads, table capacity): no host sync, graph-capturable.
@@ -26,17 +27,17 @@ MAX_SPLITS = 16
 MIN_SPLIT_TOKENS = 256  # shorter slices cost more in partial writes than they gain in parallelism
 
 
-@triton.jit(do_not_specialize=["num_seqs", "num_splits", "split_len", "max_blocks", "stride_qt", "stride_qh",
+@triton.jit(do_not_specialize=["num_seqs", "num_splits", "max_blocks", "stride_qt", "stride_qh",
                                "stride_ot", "stride_oh", "stride_blk", "stride_tok", "stride_kh", "stride_table",
                                "window"])
 def paged_decode_kernel(
     q_ptr, k_ptr, v_ptr, out_ptr, table_ptr, lens_ptr, cu_q_ptr, acc_ws, m_ws, l_ws,
-    num_seqs, num_splits, split_len, max_blocks,
+    num_seqs, num_splits, max_blocks,
     stride_qt, stride_qh, stride_ot, stride_oh, stride_blk, stride_tok, stride_kh, stride_table,
     scale, softcap, window,
     NUM_KV_HEADS: tl.constexpr, GROUP: tl.constexpr, H_PAD: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, TILE_N: tl.constexpr, SPLIT: tl.constexpr, USE_SOFTCAP: tl.constexpr,
-    USE_WINDOW: tl.constexpr, UPCAST_DOT: tl.constexpr, VARLEN_Q: tl.constexpr,
+    USE_WINDOW: tl.constexpr, UPCAST_DOT: tl.constexpr, VARLEN_Q: tl.constexpr, MIN_SPLIT: tl.constexpr,
 ):
     """SPLIT: write partials to acc_ws [B, H, num_splits, D_PAD], m_ws / l_ws [B, H, num_splits]
     (fp32, contiguous) instead of out. VARLEN_Q: sequence b's query is row cu_q[b] and exists only
@@ -53,10 +54,15 @@ def paged_decode_kernel(
         kv_len = tl.load(lens_ptr + seq)
         q_row, n_q = _query_row(cu_q_ptr, seq, VARLEN_Q)
         q_pos = tl.zeros([H_PAD], dtype=tl.int32) + kv_len - 1  # the query is the newest token
-        lo = split * split_len
+        # This sequence's keys [first, kv_len) in TILE_N-aligned slices (so no tile straddles two).
+        first = 0
+        if USE_WINDOW:
+            first = (tl.maximum(kv_len - window, 0) // TILE_N) * TILE_N
+        split_len = tl.maximum(tl.cdiv(tl.cdiv(kv_len - first, num_splits), TILE_N) * TILE_N, MIN_SPLIT)
+        lo = first + split * split_len
         if USE_WINDOW:
             lo = tl.maximum(lo, kv_len - window)
-        hi = tl.minimum(tl.minimum(kv_len, (split + 1) * split_len), max_blocks * BLOCK_SIZE)
+        hi = tl.minimum(tl.minimum(kv_len, first + (split + 1) * split_len), max_blocks * BLOCK_SIZE)
 
         q_ptrs, q_mask = group_rows(q_ptr, q_row, n_q, stride_qt, kv_head * GROUP, GROUP, stride_qh, 1, H_PAD, D, D_PAD)
         q = tl.reshape(tl.load(q_ptrs, mask=q_mask, other=0.0), [H_PAD, D_PAD])
@@ -158,8 +164,8 @@ def decode(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, valu
     params = tiling(heads, kv_heads, head_size, block_size)
     capacity = block_tables.shape[1] * block_size
     splits = num_splits or choose_splits(query.device, batch, kv_heads, capacity)
-    # Each split's slice is TILE_N-aligned so no tile straddles two splits.
-    split_len = triton.cdiv(triton.cdiv(max(capacity, 1), splits), params["TILE_N"]) * params["TILE_N"]
+    # A forced split count (tests) may cut short sequences finely; the chosen one keeps slices long.
+    min_split = params["TILE_N"] if num_splits else triton.cdiv(MIN_SPLIT_TOKENS, params["TILE_N"]) * params["TILE_N"]
     if splits > 1:
         acc_ws = torch.empty((batch, heads, splits, params["D_PAD"]), dtype=torch.float32, device=query.device)
         m_ws, l_ws = torch.empty((2, batch, heads, splits), dtype=torch.float32, device=query.device)
@@ -167,12 +173,12 @@ def decode(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, valu
         acc_ws = m_ws = l_ws = out  # unused
     paged_decode_kernel[(grid_size(query.device, batch * kv_heads * splits, uses_dot=True),)](
         query, key_cache, value_cache, out, block_tables, seq_lens, cu_q, acc_ws, m_ws, l_ws,
-        batch, splits, split_len, block_tables.shape[1],
+        batch, splits, block_tables.shape[1],
         query.stride(0), query.stride(1), out.stride(0), out.stride(1),
         key_cache.stride(0), key_cache.stride(1), key_cache.stride(2), block_tables.stride(0),
         scale, softcap, sliding_window,
         SPLIT=splits > 1, USE_SOFTCAP=softcap > 0, USE_WINDOW=sliding_window > 0,
-        UPCAST_DOT=upcast_dot(query.dtype), VARLEN_Q=varlen_q, **params,
+        UPCAST_DOT=upcast_dot(query.dtype), VARLEN_Q=varlen_q, MIN_SPLIT=min_split, **params,
     )
     if splits > 1:
         paged_reduce_kernel[(grid_size(query.device, batch * heads),)](

@@ -23,7 +23,7 @@ def cases() -> list[LoweringCase]:
                                       acc_ws="*fp32", m_ws="*fp32", l_ws="*fp32", scale="fp32", softcap="fp32"),
             constexprs={**tiling(heads, kv_heads, head_size, block_size), "SPLIT": split,
                         "USE_SOFTCAP": split, "USE_WINDOW": not split, "UPCAST_DOT": False,
-                        "VARLEN_Q": block_size == 64},
+                        "VARLEN_Q": block_size == 64, "MIN_SPLIT": 256},
             expect_mode="mix",
         ))
     for i, head_size in enumerate(ATTENTION_HEAD_SIZES):
