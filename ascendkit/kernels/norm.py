@@ -34,12 +34,10 @@ def _load_row_chunk(x_row, res_row, cols, n: tl.constexpr, HAS_RESIDUAL: tl.cons
 
 
 @triton.jit
-def _scale_store(out_row, w_ptr, x, rstd, cols, n: tl.constexpr):
-    mask = cols < n
-    w = tl.load(w_ptr + cols, mask=mask, other=0.0)
+def _scale_store(out_row, w, x, rstd, cols, n: tl.constexpr):
     # Normalise in fp32, round to the model dtype, then apply the weight (as HF's RMSNorm does).
     y = (x * rstd).to(w.dtype).to(tl.float32) * w.to(tl.float32)
-    tl.store(out_row + cols, y.to(out_row.dtype.element_ty), mask=mask)
+    tl.store(out_row + cols, y.to(out_row.dtype.element_ty), mask=cols < n)
 
 
 @triton.jit(do_not_specialize=["n_rows", "x_stride", "res_stride", "out_stride"])
@@ -49,6 +47,8 @@ def rms_norm_kernel(
     N: tl.constexpr, BLOCK: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
 ):
     cols = tl.arange(0, BLOCK)
+    if N <= BLOCK:  # every row of this program shares the weight: read it once
+        w_row = tl.load(w_ptr + cols, mask=cols < N, other=0.0)
     for row in range(tl.program_id(0), n_rows, tl.num_programs(0)):
         row64 = tl.cast(row, tl.int64)
         x_row = x_ptr + row64 * x_stride
@@ -57,7 +57,7 @@ def rms_norm_kernel(
         if N <= BLOCK:
             x = _load_row_chunk(x_row, res_row, cols, N, HAS_RESIDUAL)
             rstd = tl.rsqrt(tl.sum(x * x, 0) / N + eps)
-            _scale_store(out_row, w_ptr, x, rstd, cols, N)
+            _scale_store(out_row, w_row, x, rstd, cols, N)
         else:
             sq = tl.zeros([BLOCK], dtype=tl.float32)
             for start in range(0, N, BLOCK):
@@ -68,7 +68,8 @@ def rms_norm_kernel(
             src_row = res_row if HAS_RESIDUAL else x_row
             for start in range(0, N, BLOCK):
                 x = tl.load(src_row + start + cols, mask=cols < N - start, other=0.0).to(tl.float32)
-                _scale_store(out_row + start, w_ptr + start, x, rstd, cols, N - start)
+                w = tl.load(w_ptr + start + cols, mask=cols < N - start, other=0.0)
+                _scale_store(out_row + start, w, x, rstd, cols, N - start)
 
 
 def block_for(hidden: int, has_residual: bool) -> int:
