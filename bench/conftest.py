@@ -1,6 +1,7 @@
-"""pytest-benchmark microbenchmarks, one file per op family. Each file names its FAMILY and takes
-a `kernel_case` argument; this hook parametrizes it over the family's real-shape cases
-(ascendkit/bench/cases/<family>.py) and `impl` over ascendkit and, on NPU, the torch_npu baseline.
+"""pytest-benchmark microbenchmarks (bench/test_kernels.py). A test taking a `kernel_case` argument
+is parametrized over the real-shape cases of every op family (ascendkit/bench/cases/<family>.py;
+a test module may name FAMILIES to take only those), ids "<family>/<case>-<impl>", and `impl` over
+ascendkit and, on NPU, the torch_npu baseline.
 
   pytest bench --benchmark-json=bench/out/pytest-benchmark.json    # the full grid
   ASCENDKIT_BENCH_QUICK=1 pytest bench --benchmark-disable             # one tiny shape, one call
@@ -23,9 +24,9 @@ def pytest_generate_tests(metafunc):
     on_npu = platform.device_kind() == "npu"
     on_cpu = platform.device_kind() == "cpu"
     params, ids = [], []
-    for case in all_cases(dtype, quick, [metafunc.module.FAMILY]):
+    for case in all_cases(dtype, quick, getattr(metafunc.module, "FAMILIES", None)):
         too_big = pytest.mark.skip(reason="too much work for the CPU reference path") if on_cpu and not fits_cpu(case) else ()
         for impl in ("ascendkit", "torch_npu") if on_npu and case.baseline else ("ascendkit",):
             params.append(pytest.param(case, impl, marks=too_big))
-            ids.append(f"{case.name}-{impl}")
+            ids.append(f"{case.family}/{case.name}-{impl}")
     metafunc.parametrize(("kernel_case", "impl"), params, ids=ids)

@@ -1,12 +1,13 @@
-"""Shared checks every op test file uses: kernel vs reference on the same inputs, opcheck,
-torch.compile(fullgraph=True), and bad-input expectations."""
+"""Shared checks the op test files use: kernel vs reference on the same inputs (tests/kernels/),
+the op contract tests every family generates from its sample inputs (`op_contract_tests`, in
+tests/ops/), torch.compile(fullgraph=True), and bad-input expectations."""
 from __future__ import annotations
 
 import copy
 import os
 import re
 from contextlib import contextmanager
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import pytest
 import torch
@@ -52,6 +53,40 @@ def compiles(fn: Callable, *args) -> None:
     torch._dynamo.reset()
     got = torch.compile(fn, fullgraph=True, backend="aot_eager")(*compiled_args)
     torch.testing.assert_close(got, expected)
+
+
+def op_contract_tests(samples: Mapping[str, Callable[[], Sequence]]) -> tuple[Callable, Callable]:
+    """The opcheck and torch.compile(fullgraph=True) tests of a family's ops, on both kernel paths
+    (reference, and Triton under the interpreter). `samples` maps "op" or "op:variant" to a
+    builder of that op's arguments in schema order. In tests/ops/test_<family>.py:
+
+        test_opcheck, test_compile = op_contract_tests({"rms_norm": lambda: [...], ...})
+
+    The compile test runs the raw op in a compiled function that returns what the op writes (its
+    `Tensor!` arguments) or returns, and compares it with eager."""
+    def op_of(sample: str):
+        return getattr(torch.ops.ascend, sample.partition(":")[0]).default
+
+    @pytest.mark.parametrize("path", ["reference", "triton"])
+    @pytest.mark.parametrize("sample", list(samples))
+    def test_opcheck(sample, path):
+        with kernel_path(path):
+            opcheck(op_of(sample), samples[sample]())
+
+    @pytest.mark.parametrize("path", ["reference", "triton"])
+    @pytest.mark.parametrize("sample", list(samples))
+    def test_compile(sample, path):
+        op = op_of(sample)
+        written = [i for i, arg in enumerate(op._schema.arguments) if arg.alias_info and arg.alias_info.is_write]
+
+        def call(*args):
+            result = op(*args)
+            return result if result is not None else [args[i] for i in written if args[i] is not None]
+
+        with kernel_path(path):
+            compiles(call, *samples[sample]())
+
+    return test_opcheck, test_compile
 
 
 def raises_naming(exc: type, arg_name: str, op: Callable, *args) -> None:

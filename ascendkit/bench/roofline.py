@@ -39,7 +39,8 @@ def plot_roofline(rows: list[dict], peak: DevicePeak, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(8, 5.5))
     ax.plot(xs, roof, color="black", linewidth=1.5, label=f"roof: {peak.hbm_gbps:,.0f} GB/s, {peak.matrix_tflops:,.2f} TFLOP/s")
     families = sorted({r["family"] for r in rows})
-    colours = dict(zip(families, plt.get_cmap("tab10").colors))
+    palette = plt.get_cmap("tab20").colors  # 11 op families: more than tab10's colours
+    colours = {fam: palette[i % len(palette)] for i, fam in enumerate(families)}
     for fam in families:
         mine = [r for r in rows if r["family"] == fam and r["intensity"] > 0]
         ax.scatter([r["intensity"] for r in mine], [r["tflops"] * 1e3 for r in mine], color=colours[fam], label=fam, s=22)

@@ -1,14 +1,18 @@
 """torch.ops.ascend.* registration (importing this package registers every op) and functional
-wrappers that allocate outputs: `ascendkit.ops.rms_norm(x, w, eps)` etc."""
+wrappers that allocate outputs: `ascendkit.ops.rms_norm(x, w, eps)` etc. One module per op
+family, named like its kernels/ module; `_`-prefixed modules hold checks shared by families."""
 from ascendkit.ops._registry import REGISTERED, kernel_path
 from ascendkit.ops.activation import gelu_tanh_and_mul, silu_and_mul
-from ascendkit.ops.attention import flash_attention_varlen, paged_attention, unified_attention
+from ascendkit.ops.attention_paged import paged_attention
+from ascendkit.ops.attention_unified import unified_attention
+from ascendkit.ops.attention_varlen import flash_attention_varlen
 from ascendkit.ops.kv_cache import concat_and_cache_mla, reshape_and_cache_flash
 from ascendkit.ops.mask import causal_mask
 from ascendkit.ops.mla import mla_attention
 from ascendkit.ops.norm import fused_add_rms_norm, rms_norm
-from ascendkit.ops.quant import dynamic_scaled_int8_quant, scaled_mm, static_scaled_int8_quant, w8a8_linear
+from ascendkit.ops.quant import dynamic_scaled_int8_quant, static_scaled_int8_quant
 from ascendkit.ops.rope import rotary_embedding
+from ascendkit.ops.scaled_mm import scaled_mm, w8a8_linear
 
 __all__ = [
     "REGISTERED", "kernel_path",

@@ -1,7 +1,8 @@
 """One helper that registers an `ascend::*` op with torch.library.
 
-Every op is declared once with its public schema (written as in design.md, `Tensor!` = mutated),
-a validator, a pure-torch reference and a Triton launcher. Dispatch:
+Every op is declared once with its public schema (the notation of the op contract table in the
+README's "Ops" section and docs/architecture.md: `Tensor!` = mutated), a validator, a pure-torch
+reference and a Triton launcher. Dispatch:
   CPU          -> reference, or the Triton launcher when ASCENDKIT_KERNELS=triton (read per call;
                   needs TRITON_INTERPRET=1 before ascendkit is imported)
   PrivateUse1  -> Triton launcher (NPU via torch_npu; registered by key so it works before
@@ -15,6 +16,8 @@ from __future__ import annotations
 import importlib
 import os
 import re
+import sys
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -22,8 +25,20 @@ import torch
 NAMESPACE = "ascend"
 _LIB = torch.library.Library(NAMESPACE, "DEF")
 
-# name -> public schema string (design.md notation), for the README table and `ascendkit info`.
+# name -> public schema string (the op table's notation), for the README table and `ascendkit info`.
 REGISTERED: dict[str, str] = {}
+
+
+@dataclass(frozen=True)
+class OpInfo:
+    schema: str
+    triton: str  # the launcher, "ascendkit.kernels.<family>:<function>"
+    module: str  # the module that registered the op, "ascendkit.ops.<family>"
+
+
+# name -> where the op is declared and which launcher it runs (tests/test_layout.py checks that
+# both name the same family).
+OP_INFO: dict[str, OpInfo] = {}
 
 
 def kernel_path() -> str:
@@ -35,7 +50,7 @@ def kernel_path() -> str:
 
 
 def torch_schema(public: str) -> str:
-    """Turn design.md's `Tensor!` / `Tensor!?` into torch alias annotations `Tensor(a!)`, ..."""
+    """Turn the public `Tensor!` / `Tensor!?` into torch alias annotations `Tensor(a!)`, ..."""
     letters = iter("abcdefghijklmnopqrstuvwxyz")
     return re.sub(r"Tensor!(\??)", lambda m: f"Tensor({next(letters)}!){m.group(1)}", public)
 
@@ -81,6 +96,7 @@ def register_op(
 
     torch.library.register_fake(f"{NAMESPACE}::{name}", fake_impl, lib=_LIB)
     REGISTERED[name] = schema
+    OP_INFO[name] = OpInfo(schema, triton, sys._getframe(1).f_globals["__name__"])
     return getattr(torch.ops.ascend, name).default
 
 

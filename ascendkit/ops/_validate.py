@@ -8,6 +8,7 @@ import torch
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 INDEX_DTYPES = (torch.int32, torch.int64)
+INT8, INT32, FP32 = (torch.int8,), (torch.int32,), (torch.float32,)
 
 
 def _dtype_names(dtypes: Iterable[torch.dtype]) -> str:
@@ -73,3 +74,14 @@ def check_rows_viewable(name: str, t: torch.Tensor) -> None:
 def check_positive(name: str, value: float) -> None:
     if not value > 0:
         raise ValueError(f"{name}: must be > 0, got {value}")
+
+
+def check_numel(name: str, t: torch.Tensor, allowed: tuple[int, ...], what: str) -> None:
+    if t.numel() not in allowed:
+        raise ValueError(f"{name}: expected {what} ({' or '.join(map(str, sorted(set(allowed))))} elements), got shape {tuple(t.shape)}")
+
+
+def check_nonempty_rows(name: str, t: torch.Tensor) -> None:
+    """The last dim (the row an int8 op quantizes) holds at least one element."""
+    if t.shape[-1] == 0:
+        raise ValueError(f"{name}: last dim (the quantized row) must not be empty, got shape {tuple(t.shape)}")

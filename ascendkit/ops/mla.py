@@ -3,12 +3,10 @@ from __future__ import annotations
 
 import torch
 
+from ascendkit.ops._attention import check_block_size, check_paged_batch
 from ascendkit.ops._registry import register_op
 from ascendkit.ops._validate import FLOAT_DTYPES, check_positive, check_same_device, check_same_dtype, check_shape, check_tensor
 from ascendkit.ops.reference import mla as reference
-
-# Kernels tile a cache block in 16-row slices (the smallest tl.dot tile).
-BLOCK_SIZE_MULTIPLE = 16
 
 
 def _validate(out: torch.Tensor, query: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor,
@@ -17,28 +15,18 @@ def _validate(out: torch.Tensor, query: torch.Tensor, kv_cache: torch.Tensor, bl
     check_tensor("query", query, dtypes=FLOAT_DTYPES, ndim=3)
     check_tensor("kv_cache", kv_cache, dtypes=FLOAT_DTYPES, ndim=3)
     check_tensor("out", out, dtypes=FLOAT_DTYPES, ndim=3)
-    check_tensor("block_table", block_table, dtypes=(torch.int32,), ndim=2)
-    check_tensor("cu_seqlens_q", cu_seqlens_q, dtypes=(torch.int32,), ndim=1, contiguous=True)
-    check_tensor("seqused_k", seqused_k, dtypes=(torch.int32,), ndim=1, contiguous=True)
-    check_same_device(query=query, out=out, kv_cache=kv_cache, block_table=block_table,
-                      cu_seqlens_q=cu_seqlens_q, seqused_k=seqused_k)
-    check_same_dtype(query=query, kv_cache=kv_cache, out=out)
     tokens, heads, dim = query.shape
     if kv_cache.shape[2] != dim:
         raise ValueError(f"kv_cache: last dim {kv_cache.shape[2]} differs from query's {dim} (kv_lora_rank + rope dim)")
-    if kv_cache.shape[1] % BLOCK_SIZE_MULTIPLE:
-        raise ValueError(f"kv_cache: block size {kv_cache.shape[1]} must be a multiple of {BLOCK_SIZE_MULTIPLE}")
+    block_size = check_block_size("kv_cache", kv_cache)
     if not 0 < kv_lora_rank < dim:
         raise ValueError(f"kv_lora_rank: must be in (0, {dim}) so the rope part is not empty, got {kv_lora_rank}")
     check_shape("out", out, (tokens, heads, kv_lora_rank), "[tokens, heads, kv_lora_rank]")
-    batch = seqused_k.shape[0]
-    check_shape("cu_seqlens_q", cu_seqlens_q, (batch + 1,), "num_seqs + 1, num_seqs from seqused_k")
-    if block_table.shape[0] != batch:
-        raise ValueError(f"block_table: expected {batch} rows (one per sequence), got shape {tuple(block_table.shape)}")
-    if max_seqlen_q < 0 or max_seqlen_q > tokens:
-        raise ValueError(f"max_seqlen_q: must be in [0, {tokens}] (the query's tokens), got {max_seqlen_q}")
-    if max_seqlen_k < 0 or max_seqlen_k > block_table.shape[1] * kv_cache.shape[1]:
-        raise ValueError(f"max_seqlen_k: must be in [0, {block_table.shape[1] * kv_cache.shape[1]}] (block_table capacity), got {max_seqlen_k}")
+    check_paged_batch("block_table", block_table, block_size, "seqused_k", seqused_k, tokens, cu_seqlens_q,
+                      max_seqlen_q, max_seqlen_k)
+    check_same_device(query=query, out=out, kv_cache=kv_cache, block_table=block_table,
+                      cu_seqlens_q=cu_seqlens_q, seqused_k=seqused_k)
+    check_same_dtype(query=query, kv_cache=kv_cache, out=out)
     check_positive("scale", scale)
 
 

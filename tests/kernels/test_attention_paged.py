@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from ascendkit.kernels import attention_paged
-from opchecks import compiles, kernel_path, opcheck
-from ops.test_attention import independent_attention, make_paged_batch, paged_keys
+from opchecks import kernel_path
+from ops._attention import make_paged_batch, paged_formula
 from tolerances import assert_close
 
 OPS = torch.ops.ascend
@@ -24,8 +24,7 @@ def check(kv_lens, heads, kv_heads, head_size, block_size, dtype=torch.float32, 
     scale = head_size ** -0.5
     expect = torch.empty_like(query)
     OPS.paged_attention(expect, query, kc, vc, table, seq_lens, scale, softcap, window)
-    formula = independent_attention(query, paged_keys(kc, table, kv_lens), paged_keys(vc, table, kv_lens),
-                                    [1] * batch, kv_lens, scale, softcap, window)
+    formula = paged_formula(query, kc, vc, table, [1] * batch, kv_lens, scale, softcap, window)
     results = []
     for num_splits in splits:
         out = torch.full_like(query, float("nan"))
@@ -86,23 +85,3 @@ def test_default_launch_splits_and_matches(triton_path):
         expect = torch.empty_like(query)
         OPS.paged_attention(expect, query, kc, vc, table, seq_lens, 0.25, 0.0, 0)
     assert_close(out, expect)
-
-
-def _small_args():
-    query, kc, vc, table, _, seq_lens = make_paged_batch([1, 1], [19, 5], 4, 2, 16, 16)
-    return [torch.empty_like(query), query, kc, vc, table, seq_lens, 0.25, 10.0, 6]
-
-
-def test_opcheck_triton(triton_path):
-    opcheck(OPS.paged_attention.default, _small_args())
-
-
-def test_compile_triton(triton_path):
-    _, query, kc, vc, table, seq_lens, *_ = _small_args()
-
-    def step(query, kc, vc, table, seq_lens):
-        out = torch.empty_like(query)
-        OPS.paged_attention(out, query, kc, vc, table, seq_lens, 0.25, 0.0, 0)
-        return out + 1
-
-    compiles(step, query, kc, vc, table, seq_lens)

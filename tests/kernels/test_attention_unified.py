@@ -1,13 +1,13 @@
 """unified_attention: the Triton kernel (interpreter) vs the torch reference and vs the independent
-fp64 formula of tests/ops/test_attention.py, over GQA ratios, head/block sizes, sequence sets that
-cross block boundaries, strided query/out/caches, NaN-poisoned unused cache slots; opcheck and
-torch.compile on the kernel path; the lowering gate of the attention kernels."""
+fp64 formula of tests/ops/_attention.py, over GQA ratios, head/block sizes, sequence sets that
+cross block boundaries, strided query/out/caches, NaN-poisoned unused cache slots; the lowering
+gate of the attention kernels. (opcheck / torch.compile on both paths: tests/ops/.)"""
 import pytest
 import torch
 
 from ascendkit.kernels.ascend_gate import run_gate
-from opchecks import compiles, kernel_path, opcheck
-from ops.test_attention import independent_attention, make_paged_batch, paged_keys
+from opchecks import kernel_path
+from ops._attention import make_paged_batch, paged_formula
 from tolerances import assert_close
 
 OPS = torch.ops.ascend
@@ -39,8 +39,7 @@ def check(q_lens, kv_lens, heads, kv_heads, head_size, block_size, dtype=torch.f
     OPS.unified_attention(expect, *args[1:])
     assert not out.isnan().any()
     assert_close(out, expect)
-    formula = independent_attention(query, paged_keys(kc, table, kv_lens), paged_keys(vc, table, kv_lens),
-                                     q_lens, kv_lens, scale, softcap, window)
+    formula = paged_formula(query, kc, vc, table, q_lens, kv_lens, scale, softcap, window)
     tol = VS_FORMULA[dtype]
     torch.testing.assert_close(out.double(), formula, rtol=tol, atol=tol)
     return out, cu
@@ -93,26 +92,6 @@ def test_strided_query_out_and_caches():
 
 def test_many_blocks():
     check([1, 4, 1], [300, 40, 17], 2, 1, 16, 16, num_blocks=32768)
-
-
-def _small_args():
-    query, kc, vc, table, cu, seqused = make_paged_batch([3, 1], [19, 5], 4, 2, 16, 16)
-    return [torch.empty_like(query), query, kc, vc, table, cu, seqused, 3, 19, 0.25, 10.0, 6]
-
-
-def test_opcheck_triton(triton_path):
-    opcheck(OPS.unified_attention.default, _small_args())
-
-
-def test_compile_triton(triton_path):
-    _, query, kc, vc, table, cu, seqused, *_ = _small_args()
-
-    def step(query, kc, vc, table, cu, seqused):
-        out = torch.empty_like(query)
-        OPS.unified_attention(out, query, kc, vc, table, cu, seqused, 3, 19, 0.25, 0.0, 0)
-        return out * 2
-
-    compiles(step, query, kc, vc, table, cu, seqused)
 
 
 @pytest.mark.slow

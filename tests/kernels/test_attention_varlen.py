@@ -4,8 +4,8 @@ q/k/v as strided column slices of one fused qkv tensor, kv_len > q_len and kv_le
 import pytest
 import torch
 
-from opchecks import compiles, kernel_path, opcheck
-from ops.test_attention import independent_attention
+from opchecks import kernel_path
+from ops._attention import independent_attention
 from tolerances import assert_close
 
 OPS = torch.ops.ascend
@@ -54,24 +54,3 @@ def test_fewer_keys_than_queries():
 
 def test_long_sequence():
     check([129, 1], [1025, 255], 4, 1, 16, True)
-
-
-def _small_args():
-    q, k, v = torch.randn(6, 4, 16), torch.randn(9, 2, 16), torch.randn(9, 2, 16)
-    cu_q, cu_k = torch.tensor([0, 4, 6], dtype=torch.int32), torch.tensor([0, 5, 9], dtype=torch.int32)
-    return [torch.empty_like(q), q, k, v, cu_q, cu_k, 4, 5, 0.25, True]
-
-
-def test_opcheck_triton(triton_path):
-    opcheck(OPS.flash_attention_varlen.default, _small_args())
-
-
-def test_compile_triton(triton_path):
-    _, q, k, v, cu_q, cu_k, *_ = _small_args()
-
-    def prefill(q, k, v, cu_q, cu_k):
-        out = torch.empty_like(q)
-        OPS.flash_attention_varlen(out, q, k, v, cu_q, cu_k, 4, 5, 0.25, True)
-        return out * 3
-
-    compiles(prefill, q, k, v, cu_q, cu_k)

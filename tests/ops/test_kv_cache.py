@@ -1,10 +1,11 @@
-"""reshape_and_cache_flash / concat_and_cache_mla: reference vs an independent per-token loop,
-opcheck, torch.compile, functional wrappers and bad inputs."""
+"""reshape_and_cache_flash / concat_and_cache_mla, the op contract: reference vs an independent
+per-token loop, opcheck and torch.compile on both kernel paths, functional wrappers and bad inputs.
+(Triton kernel vs reference numerics: tests/kernels/test_kv_cache.py.)"""
 import pytest
 import torch
 
 import ascendkit.ops as ak
-from opchecks import compiles, opcheck, raises_naming
+from opchecks import compiles, op_contract_tests, raises_naming
 
 OPS = torch.ops.ascend
 ONE = torch.ones((), dtype=torch.float32)
@@ -70,14 +71,11 @@ def _mla_args():
     return [torch.randn(5, 64), torch.randn(5, 32), torch.zeros(3, 16, 96), torch.tensor([3, -1, 40, 0, 17], dtype=torch.int32), "auto", ONE]
 
 
-@pytest.mark.parametrize("path", ["reference", "triton"])
-def test_opcheck(path, monkeypatch):
-    monkeypatch.setenv("ASCENDKIT_KERNELS", path)
-    opcheck(OPS.reshape_and_cache_flash.default, _flash_args())
-    opcheck(OPS.concat_and_cache_mla.default, _mla_args())
+test_opcheck, test_compile = op_contract_tests({"reshape_and_cache_flash": _flash_args,
+                                                "concat_and_cache_mla": _mla_args})
 
 
-def test_compile_fullgraph():
+def test_wrappers_compile():
     def fn(key, value, key_cache, value_cache, slots, kv_c, k_pe, mla_cache, mla_slots):
         ak.reshape_and_cache_flash(key, value, key_cache, value_cache, slots)
         ak.concat_and_cache_mla(kv_c, k_pe, mla_cache, mla_slots)

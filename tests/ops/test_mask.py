@@ -1,10 +1,11 @@
-"""causal_mask: reference vs an independent per-element formula, opcheck, torch.compile, the
-functional wrapper and bad inputs."""
+"""causal_mask, the op contract: reference vs an independent per-element formula and HF's mask
+functions, opcheck and torch.compile on both kernel paths, the functional wrapper and bad inputs.
+(Triton kernel vs reference numerics: tests/kernels/test_mask.py.)"""
 import pytest
 import torch
 
 import ascendkit.ops as ak
-from opchecks import compiles, opcheck, raises_naming
+from opchecks import compiles, op_contract_tests, raises_naming
 
 OPS = torch.ops.ascend
 
@@ -48,13 +49,10 @@ def _args():
     return [torch.empty(3, 4, 9), torch.tensor([4, 1, 2]), torch.tensor([9, 5, 2], dtype=torch.int32), float("-inf"), 4]
 
 
-@pytest.mark.parametrize("path", ["reference", "triton"])
-def test_opcheck(path, monkeypatch):
-    monkeypatch.setenv("ASCENDKIT_KERNELS", path)
-    opcheck(OPS.causal_mask.default, _args())
+test_opcheck, test_compile = op_contract_tests({"causal_mask": _args})
 
 
-def test_compile_fullgraph():
+def test_wrapper_compiles():
     def fn(scores, q_lens, kv_lens):
         mask = ak.causal_mask(q_lens, kv_lens, scores.shape[1], scores.shape[2], scores.dtype, -1e9, 2)
         return torch.softmax(scores + mask, -1)

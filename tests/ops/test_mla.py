@@ -1,10 +1,11 @@
-"""mla_attention: reference vs an independent per-sequence fp64 formula, FlashMLA-style cosine
-check, opcheck, torch.compile, functional wrapper and bad inputs."""
+"""mla_attention, the op contract: reference vs an independent per-sequence fp64 formula,
+FlashMLA-style cosine check, opcheck and torch.compile on both kernel paths, the functional
+wrapper and bad inputs. (Triton kernel vs reference numerics: tests/kernels/test_mla.py.)"""
 import pytest
 import torch
 
 import ascendkit.ops as ak
-from opchecks import compiles, opcheck, raises_naming
+from opchecks import compiles, op_contract_tests, raises_naming
 
 OPS = torch.ops.ascend
 
@@ -89,13 +90,10 @@ def _args():
     return [torch.empty(4, 16, 64), query, cache, table, cu, seqused, 3, 33, 64, 0.125]
 
 
-@pytest.mark.parametrize("path", ["reference", "triton"])
-def test_opcheck(path, monkeypatch):
-    monkeypatch.setenv("ASCENDKIT_KERNELS", path)
-    opcheck(OPS.mla_attention.default, _args())
+test_opcheck, test_compile = op_contract_tests({"mla_attention": _args})
 
 
-def test_compile_fullgraph():
+def test_wrapper_compiles():
     def attend(query, cache, table, cu, seqused):
         return ak.mla_attention(query, cache, table, cu, seqused, 3, 33, 64, 0.125).sum(-1)
 
@@ -130,6 +128,9 @@ def test_bad_inputs():
     expect(ValueError, "kv_lora_rank", kv_lora_rank=96, out=torch.empty(4, 16, 96))
     expect(ValueError, "max_seqlen_k", max_seqlen_k=10_000)
     expect(ValueError, "max_seqlen_q", max_seqlen_q=-1)
+    # A length past what the table holds (checked where it needs no sync), or negative.
+    expect(ValueError, "seqused_k", seqused_k=torch.tensor([19, table.shape[1] * 16 + 1], dtype=torch.int32))
+    expect(ValueError, "seqused_k", seqused_k=torch.tensor([19, -1], dtype=torch.int32))
     expect(ValueError, "scale", scale=0.0)
     expect(ValueError, "kv_cache", kv_cache=cache.to("meta"))
 

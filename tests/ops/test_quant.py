@@ -1,12 +1,12 @@
-"""int8 quant, scaled_mm, w8a8_linear: references vs independent numpy/int64 formulas, exactness,
-opcheck, torch.compile, functional wrappers and bad inputs."""
+"""static/dynamic int8 quant, the op contract: references vs independent numpy formulas (exact),
+opcheck and torch.compile on both kernel paths, functional wrappers and bad inputs.
+(Triton kernel vs reference numerics: tests/kernels/test_quant.py.)"""
 import numpy as np
 import pytest
 import torch
 
 import ascendkit.ops as ak
-from opchecks import compiles, opcheck, raises_naming
-from tolerances import assert_close
+from opchecks import compiles, op_contract_tests, raises_naming
 
 OPS = torch.ops.ascend
 I8 = torch.int8
@@ -75,92 +75,24 @@ def test_static_matches_numpy(dtype):
     assert np.array_equal(ak.static_scaled_int8_quant(x, scale, azp).numpy(), _np_quant(x, scale.numpy(), -7))
 
 
-GEMM_SHAPES = [(1, 256, 128), (33, 256, 496), (64, 971, 1024), (512, 2048, 1024)]
+def _args(scale: torch.Tensor, azp: torch.Tensor | None) -> list:
+    return [torch.empty(7, 96, dtype=I8), torch.randn(7, 96), scale, azp]
 
 
-@pytest.mark.parametrize("m,k,n", GEMM_SHAPES)
-def test_scaled_mm_int32_exact(m, k, n):
-    a = torch.randint(-128, 128, (m, k), dtype=I8)
-    w = torch.randint(-128, 128, (n, k), dtype=I8)  # nn.Linear layout: b = w.t() is column-major
-    ones_m, ones_n = torch.ones(m, 1), torch.ones(n)
-    got = ak.scaled_mm(a, w.t(), ones_m, ones_n, torch.float32)
-    exact = a.long() @ w.long().t()
-    assert torch.equal(got.double(), exact.double())  # |acc| < 2^24 here, so fp32 out is exact too
+test_opcheck, test_compile = op_contract_tests({
+    "static_scaled_int8_quant": lambda: _args(torch.tensor([0.02]), torch.tensor([1], dtype=torch.int32)),
+    "dynamic_scaled_int8_quant": lambda: _args(torch.empty(7, 1), None),
+    "dynamic_scaled_int8_quant:azp": lambda: _args(torch.empty(7, 1), torch.empty(7, 1, dtype=torch.int32)),
+})
 
 
-def test_scaled_mm_worst_case_accumulator_is_exact():
-    # Every product is 2^14: K = 2048 sums to 2^25, past fp32's exact integers in one GEMM.
-    a = torch.full((3, 2048), -128, dtype=I8)
-    b = torch.full((2048, 5), -128, dtype=I8)
-    b[7, 1] = 127  # an odd total: one ulp of fp32 at 2^25 is 4
-    got = ak.scaled_mm(a, b, torch.tensor([2.0 ** -10]), torch.tensor([1.0]), torch.float32)
-    exact = (a.long() @ b.long()).double() * 2.0 ** -10
-    assert torch.equal(got.double(), exact)
+def test_wrappers_compile():
+    def quant(x):
+        q, s, _ = ak.dynamic_scaled_int8_quant(x)
+        q_asym, _, azp = ak.dynamic_scaled_int8_quant(x, symmetric=False)
+        return q.float() * s + ak.static_scaled_int8_quant(x, s[0]).float() + (q_asym - azp).float()
 
-
-@pytest.mark.parametrize("out_dtype", [torch.float32, torch.float16, torch.bfloat16])
-def test_scaled_mm_epilogue(out_dtype):
-    m, k, n = 33, 256, 496
-    a, b = torch.randint(-128, 128, (m, k), dtype=I8), torch.randint(-128, 128, (k, n), dtype=I8)
-    a_s, b_s, bias = torch.rand(m, 1) * 1e-3, torch.rand(n) * 1e-3, torch.randn(n).to(out_dtype)
-    expect = ((a.double() @ b.double()) * a_s.double() * b_s.double() + bias.double()).to(out_dtype)
-    assert_close(ak.scaled_mm(a, b, a_s, b_s, out_dtype, bias), expect)
-    scalar = ak.scaled_mm(a, b, torch.tensor([0.5]), torch.tensor([0.25]), out_dtype)
-    assert_close(scalar, ((a.double() @ b.double()) * 0.125).to(out_dtype))
-    zeros = ak.scaled_mm(torch.zeros(m, k, dtype=I8), b, a_s, b_s, out_dtype)
-    assert (zeros == 0).all()
-
-
-@pytest.mark.parametrize("static", [False, True])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-@pytest.mark.parametrize("lead,k,n", [((2, 7), 971, 130), ((512,), 2048, 1024)])
-def test_w8a8_linear_is_quant_then_scaled_mm(static, dtype, lead, k, n):
-    x = torch.randn(*lead, k, dtype=dtype)
-    x.view(-1, k)[3] = 0
-    w = torch.randint(-128, 128, (n, k), dtype=I8)
-    w_scale, bias = torch.rand(n, 1) * 1e-2, torch.randn(n, dtype=dtype)
-    x_scale = torch.tensor([0.04]) if static else None  # 127 * 0.04 covers randn without clipping
-    got = ak.w8a8_linear(x, w, w_scale, x_scale, bias)
-    if static:
-        q, scales = ak.static_scaled_int8_quant(x, x_scale), x_scale
-    else:
-        q, scales, _ = ak.dynamic_scaled_int8_quant(x)
-    expect = ak.scaled_mm(q.view(-1, k), w.t(), scales.reshape(-1, 1), w_scale.view(-1), dtype, bias)
-    assert got.shape == (*lead, n) and got.dtype == dtype
-    assert_close(got, expect.view(*lead, n))
-    dense = x.float() @ (w.float() * w_scale).t() + bias.float()  # quantization error only
-    assert ((got.float() - dense).norm() / dense.norm()).item() < 2e-2
-
-
-def _args():
-    x = torch.randn(7, 96)
-    a, w = torch.randint(-128, 128, (7, 96), dtype=I8), torch.randint(-128, 128, (40, 96), dtype=I8)
-    return {
-        "static": (OPS.static_scaled_int8_quant.default, [torch.empty(7, 96, dtype=I8), x, torch.tensor([0.02]), torch.tensor([1], dtype=torch.int32)]),
-        "dynamic": (OPS.dynamic_scaled_int8_quant.default, [torch.empty(7, 96, dtype=I8), x, torch.empty(7, 1), None]),
-        "dynamic_azp": (OPS.dynamic_scaled_int8_quant.default, [torch.empty(7, 96, dtype=I8), x, torch.empty(7, 1), torch.empty(7, 1, dtype=torch.int32)]),
-        "scaled_mm": (OPS.scaled_mm.default, [torch.empty(7, 40), a, w.t(), torch.rand(7, 1), torch.rand(40), torch.randn(40)]),
-        "w8a8_linear": (OPS.w8a8_linear.default, [x, w, torch.rand(40), None, torch.randn(40)]),
-        "w8a8_linear_static": (OPS.w8a8_linear.default, [x, w, torch.rand(40, 1), torch.tensor([0.03]), None]),
-    }
-
-
-@pytest.mark.parametrize("name", list(_args()))
-@pytest.mark.parametrize("path", ["reference", "triton"])
-def test_opcheck(name, path, monkeypatch):
-    monkeypatch.setenv("ASCENDKIT_KERNELS", path)
-    op, args = _args()[name]
-    opcheck(op, args)
-
-
-def test_compile_fullgraph():
-    def quant_linear(x, w, w_scale, bias):
-        y = ak.w8a8_linear(x, w, w_scale, None, bias)
-        q, s, _ = ak.dynamic_scaled_int8_quant(y)
-        return ak.scaled_mm(q, w[:, :48].t(), s, w_scale, torch.float32) + ak.static_scaled_int8_quant(y, s[0]).float()
-
-    w = torch.randint(-128, 128, (48, 64), dtype=I8)
-    compiles(quant_linear, torch.randn(5, 64), w, torch.rand(48) * 1e-2, torch.randn(48))
+    compiles(quant, torch.randn(5, 64))
 
 
 def test_bad_inputs():
@@ -176,30 +108,6 @@ def test_bad_inputs():
     raises_naming(ValueError, "scales", OPS.dynamic_scaled_int8_quant, out, x, torch.empty(3, 1), None)
     raises_naming(TypeError, "scales", OPS.dynamic_scaled_int8_quant, out, x, torch.empty(4, 1).half(), None)
     raises_naming(ValueError, "azp", OPS.dynamic_scaled_int8_quant, out, x, torch.empty(4, 1), torch.empty(5, dtype=torch.int32))
-    a, b = torch.randint(-128, 128, (4, 64), dtype=I8), torch.randint(-128, 128, (64, 8), dtype=I8)
-    mm_out, a_s, b_s = torch.empty(4, 8), torch.ones(4, 1), torch.ones(8)
-    raises_naming(TypeError, "a", OPS.scaled_mm, mm_out, a.int(), b, a_s, b_s, None)
-    raises_naming(TypeError, "b", OPS.scaled_mm, mm_out, a, b.float(), a_s, b_s, None)
-    raises_naming(ValueError, "b", OPS.scaled_mm, mm_out, a, b[:63], a_s, b_s, None)
-    raises_naming(ValueError, "a", OPS.scaled_mm, mm_out, torch.randint(-128, 128, (64, 4), dtype=I8).t(), b, a_s, b_s, None)
-    raises_naming(ValueError, "out", OPS.scaled_mm, torch.empty(4, 9), a, b, a_s, b_s, None)
-    raises_naming(TypeError, "out", OPS.scaled_mm, torch.empty(4, 8, dtype=torch.int32), a, b, a_s, b_s, None)
-    raises_naming(ValueError, "a_scales", OPS.scaled_mm, mm_out, a, b, torch.ones(3, 1), b_s, None)
-    raises_naming(ValueError, "b_scales", OPS.scaled_mm, mm_out, a, b, a_s, torch.ones(7), None)
-    raises_naming(TypeError, "bias", OPS.scaled_mm, mm_out, a, b, a_s, b_s, torch.ones(8).half())
-    raises_naming(ValueError, "bias", OPS.scaled_mm, mm_out, a, b, a_s, b_s, torch.ones(9))
-    raises_naming(ValueError, "b", OPS.scaled_mm, mm_out, a, b.to("meta"), a_s, b_s, None)
-    w = torch.randint(-128, 128, (8, 64), dtype=I8)
-    raises_naming(TypeError, "weight", OPS.w8a8_linear, x, w.float(), b_s, None, None)
-    raises_naming(ValueError, "input", OPS.w8a8_linear, torch.randn(4, 65), w, b_s, None, None)
-    raises_naming(ValueError, "weight_scale", OPS.w8a8_linear, x, w, torch.ones(64), None, None)
-    raises_naming(TypeError, "weight_scale", OPS.w8a8_linear, x, w, torch.ones(8).half(), None, None)
-    raises_naming(ValueError, "input_scale", OPS.w8a8_linear, x, w, b_s, torch.ones(4), None)
-    raises_naming(TypeError, "bias", OPS.w8a8_linear, x.half(), w, b_s, None, torch.ones(8))
-    raises_naming(ValueError, "weight", OPS.w8a8_linear, x, torch.randint(-128, 128, (64, 8), dtype=I8).t(), b_s, None, None)
-    raises_naming(ValueError, "weight", OPS.w8a8_linear, x, w.to("meta"), b_s, None, None)
-    raises_naming(TypeError, "input", OPS.w8a8_linear, x.long(), w, b_s, None, None)
-    raises_naming(ValueError, "input", OPS.w8a8_linear, torch.randn(4, 0), torch.ones(8, 0, dtype=I8), b_s, None, None)
 
 
 @pytest.mark.parametrize("path", ["reference", "triton"])
@@ -209,7 +117,3 @@ def test_bad_input_writes_nothing(path, monkeypatch):
     with pytest.raises(ValueError):
         OPS.dynamic_scaled_int8_quant(out, torch.randn(4, 64), scales, torch.zeros(3, dtype=torch.int32))
     assert (out == 7).all() and (scales == 7).all()
-    mm_out = torch.full((4, 8), 7.0)
-    with pytest.raises(ValueError):
-        OPS.scaled_mm(mm_out, torch.ones(4, 64, dtype=I8), torch.ones(64, 8, dtype=I8), torch.ones(4, 1), torch.ones(8), torch.ones(9))
-    assert (mm_out == 7).all()

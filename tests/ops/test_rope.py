@@ -1,11 +1,12 @@
-"""rotary_embedding: reference vs an independent complex-number formula and HF's rotate_half,
-opcheck, torch.compile, the functional wrapper and bad inputs."""
+"""rotary_embedding, the op contract: reference vs an independent complex-number formula and HF's
+rotate_half, opcheck and torch.compile on both kernel paths, the functional wrapper and bad inputs.
+(Triton kernel vs reference numerics: tests/kernels/test_rope.py.)"""
 import pytest
 import torch
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 import ascendkit.ops as ak
-from opchecks import compiles, opcheck, raises_naming
+from opchecks import compiles, op_contract_tests, raises_naming
 from tolerances import assert_close
 
 OPS = torch.ops.ascend
@@ -79,14 +80,11 @@ def _args(key=True):
     return [positions, q, k if key else None, 64, _cache(16, 32), True]
 
 
-@pytest.mark.parametrize("path", ["reference", "triton"])
-@pytest.mark.parametrize("key", [True, False])
-def test_opcheck(path, key, monkeypatch):
-    monkeypatch.setenv("ASCENDKIT_KERNELS", path)
-    opcheck(OPS.rotary_embedding.default, _args(key))
+test_opcheck, test_compile = op_contract_tests({"rotary_embedding": _args,
+                                                "rotary_embedding:no_key": lambda: _args(key=False)})
 
 
-def test_compile_fullgraph():
+def test_wrapper_compiles():
     def fn(positions, q, k, cache):
         q, k = q.clone(), k.clone()
         ak.rotary_embedding(positions, q, k, 64, cache, False)

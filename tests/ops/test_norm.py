@@ -1,11 +1,11 @@
-"""rms_norm, fused_add_rms_norm, silu_and_mul, gelu_tanh_and_mul: reference vs an independent fp64
-formula, opcheck, torch.compile, functional wrappers and bad inputs."""
+"""rms_norm, fused_add_rms_norm, the op contract: reference vs an independent fp64 formula, opcheck
+and torch.compile on both kernel paths, functional wrappers and bad inputs.
+(Triton kernel vs reference numerics: tests/kernels/test_norm.py.)"""
 import pytest
 import torch
-import torch.nn.functional as F
 
 import ascendkit.ops as ak
-from opchecks import compiles, opcheck, raises_naming
+from opchecks import compiles, op_contract_tests, raises_naming
 from tolerances import assert_close
 
 OPS = torch.ops.ascend
@@ -25,36 +25,18 @@ def test_reference_matches_fp64_formula(dtype):
     new_x, new_res = ak.fused_add_rms_norm(x.clone(), res.clone(), w, 1e-5)
     assert_close(new_res, summed)
     assert_close(new_x, _rms64(summed, w, 1e-5).to(dtype), **loose)
-    y = torch.randn(9, 2 * 769, dtype=dtype) * 3
-    gate, up = y[:, :769].double(), y[:, 769:].double()
-    assert_close(ak.silu_and_mul(y), (gate / (1 + torch.exp(-gate)) * up).to(dtype))
-    gelu_tanh = 0.5 * gate * (1 + torch.tanh((2 / torch.pi) ** 0.5 * (gate + 0.044715 * gate ** 3)))
-    assert_close(ak.gelu_tanh_and_mul(y), (gelu_tanh * up).to(dtype))
 
 
-def _args():
-    x = torch.randn(7, 576)
-    return {
-        "rms_norm": (OPS.rms_norm.default, [torch.empty_like(x), x, torch.randn(576), 1e-5]),
-        "fused_add_rms_norm": (OPS.fused_add_rms_norm.default, [x.clone(), torch.randn(7, 576), torch.randn(576), 1e-5]),
-        "silu_and_mul": (OPS.silu_and_mul.default, [torch.empty(7, 288), x]),
-        "gelu_tanh_and_mul": (OPS.gelu_tanh_and_mul.default, [torch.empty(7, 288), x]),
-    }
+test_opcheck, test_compile = op_contract_tests({
+    "rms_norm": lambda: [torch.empty(7, 576), torch.randn(7, 576), torch.randn(576), 1e-5],
+    "fused_add_rms_norm": lambda: [torch.randn(7, 576), torch.randn(7, 576), torch.randn(576), 1e-5],
+})
 
 
-@pytest.mark.parametrize("name", ["rms_norm", "fused_add_rms_norm", "silu_and_mul", "gelu_tanh_and_mul"])
-@pytest.mark.parametrize("path", ["reference", "triton"])
-def test_opcheck(name, path, monkeypatch):
-    monkeypatch.setenv("ASCENDKIT_KERNELS", path)
-    op, args = _args()[name]
-    opcheck(op, args)
-
-
-def test_compile_fullgraph():
+def test_wrappers_compile():
     def block(x, residual, w_norm):
         ak.fused_add_rms_norm(x, residual, w_norm, 1e-5)
-        h = ak.silu_and_mul(x) + ak.gelu_tanh_and_mul(x)
-        return ak.rms_norm(h, w_norm[: h.shape[-1]].contiguous(), 1e-5) + residual[:, : h.shape[-1]]
+        return ak.rms_norm(x * 2, w_norm, 1e-5) + residual
 
     compiles(block, torch.randn(5, 64), torch.randn(5, 64), torch.randn(64))
 
@@ -73,12 +55,6 @@ def test_bad_inputs():
     raises_naming(ValueError, "weight", OPS.rms_norm, out, x, w.to("meta"), 1e-5)
     raises_naming(ValueError, "residual", OPS.fused_add_rms_norm, x, torch.randn(4, 65), w, 1e-5)
     raises_naming(TypeError, "residual", OPS.fused_add_rms_norm, x, torch.randn(4, 64).half(), w, 1e-5)
-    for gated in (OPS.silu_and_mul, OPS.gelu_tanh_and_mul):
-        raises_naming(ValueError, "input", gated, torch.empty(4, 32), torch.randn(4, 65))
-        raises_naming(ValueError, "out", gated, torch.empty(4, 31), x)
-        raises_naming(ValueError, "input", gated, torch.empty(4, 32), torch.randn(64, 4).t())
-        raises_naming(TypeError, "input", gated, torch.empty(4, 32), torch.ones(4, 64, dtype=torch.int64))
-        raises_naming(TypeError, "out", gated, torch.empty(4, 32, dtype=torch.float16), x)
 
 
 def test_bad_input_raises_before_any_kernel_runs(triton_path):

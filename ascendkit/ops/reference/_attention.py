@@ -1,4 +1,5 @@
-"""References: unified_attention, paged_attention, flash_attention_varlen (also the CPU path).
+"""Shared by the references of unified_attention, paged_attention and flash_attention_varlen
+(also the CPU path).
 
 One masked-softmax core works on a padded batch: query [B, Q, H, D] against keys/values gathered
 into [B, S, KVH, D] (from the paged cache through the block table, or from the dense varlen
@@ -18,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 
-def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_len: torch.Tensor, kv_len: torch.Tensor,
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_len: torch.Tensor, kv_len: torch.Tensor,
             scale: float, softcap: float, window: int, causal: bool) -> torch.Tensor:
     """q [B, Q, H, D], k/v [B, S, KVH, D] freshly gathered (overwritten here; rows >= kv_len may
     hold anything), lengths [B] -> [B, Q, H, D] fp32."""
@@ -49,7 +50,7 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_len: torch.Tens
     return torch.einsum("bkgqs,bskd->bqkgd", probs, v).reshape(batch, num_q, heads, dim)
 
 
-def _gather_paged(cache: torch.Tensor, block_table: torch.Tensor, num_k: int) -> torch.Tensor:
+def gather_paged(cache: torch.Tensor, block_table: torch.Tensor, num_k: int) -> torch.Tensor:
     """[B, num_k, KVH, D] rows of each sequence (a copy); -1 table entries read block 0, masked later.
     index_select, not cache[ids]: aten::index opens a parallel region even for a few blocks, which
     measured ~8 ms per call at 2 threads while another process held the second core (~15 us idle)."""
@@ -59,16 +60,16 @@ def _gather_paged(cache: torch.Tensor, block_table: torch.Tensor, num_k: int) ->
     return cache.index_select(0, ids).view(batch, blocks * block_size, *cache.shape[2:])[:, :num_k]
 
 
-def _decode(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+def decode(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
             block_table: torch.Tensor, kv_len: torch.Tensor, scale: float, softcap: float, window: int) -> None:
     """Every sequence has exactly one new token, query row b = sequence b (the decode step): one
     gather and one attention pass written straight into out, skipping the grouping of
-    _run_groups (~1 ms of small ops per call, paid by every layer of every decode step)."""
+    run_groups (~1 ms of small ops per call, paid by every layer of every decode step)."""
     shortest, longest = (int(n) for n in torch.aminmax(kv_len))
     num_k = max(longest, 1)
-    k, v = _gather_paged(key_cache, block_table, num_k), _gather_paged(value_cache, block_table, num_k)
+    k, v = gather_paged(key_cache, block_table, num_k), gather_paged(value_cache, block_table, num_k)
     if softcap > 0:
-        out.copy_(_attend(query[:, None], k, v, torch.ones_like(kv_len), kv_len, scale, softcap, window, True)[:, 0])
+        out.copy_(attend(query[:, None], k, v, torch.ones_like(kv_len), kv_len, scale, softcap, window, True)[:, 0])
         return
     if shortest == num_k and not 0 < window < num_k:
         # Every gathered row is a real key that every query sees (batch 1, or equal lengths): no
@@ -77,10 +78,10 @@ def _decode(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, val
                                            scale=scale, enable_gqa=True)
         out.copy_(o[:, :, 0])
         return
-    # The query sits at position kv_len - 1: causality is implied by j < kv_len (same mask as _attend).
+    # The query sits at position kv_len - 1: causality is implied by j < kv_len (same mask as attend).
     key_pos = torch.arange(num_k, device=query.device)
     beyond = key_pos >= kv_len[:, None]  # [B, S]
-    k = k.float().masked_fill_(beyond[..., None, None], 0.0)  # unused slots may hold NaN (see _attend)
+    k = k.float().masked_fill_(beyond[..., None, None], 0.0)  # unused slots may hold NaN (see attend)
     v = v.float().masked_fill_(beyond[..., None, None], 0.0)
     visible = ~beyond
     if window > 0:
@@ -90,7 +91,7 @@ def _decode(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, val
     out.copy_(o[:, :, 0].nan_to_num_(0.0))  # rows with no visible key -> 0
 
 
-def _run_groups(out: torch.Tensor, query: torch.Tensor, q_start: torch.Tensor, q_len: torch.Tensor,
+def run_groups(out: torch.Tensor, query: torch.Tensor, q_start: torch.Tensor, q_len: torch.Tensor,
                 kv_len: torch.Tensor, gather_kv, scale: float, softcap: float, window: int, causal: bool) -> None:
     """Attend sequences in (at most) two padded groups and write their rows of out."""
     is_decode = q_len == 1
@@ -104,51 +105,5 @@ def _run_groups(out: torch.Tensor, query: torch.Tensor, q_start: torch.Tensor, q
         valid = pos[None, :] < g_q[:, None]
         rows = (q_start[seqs, None] + pos[None, :]).clamp(max=query.shape[0] - 1)
         k, v = gather_kv(seqs, num_k)
-        o = _attend(query[rows], k, v, g_q, g_k, scale, softcap, window, causal)
+        o = attend(query[rows], k, v, g_q, g_k, scale, softcap, window, causal)
         out[rows[valid]] = o[valid].to(out.dtype)
-
-
-def unified_attention(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-                      block_table: torch.Tensor, cu_seqlens_q: torch.Tensor, seqused_k: torch.Tensor,
-                      max_seqlen_q: int, max_seqlen_k: int, scale: float, softcap: float, sliding_window: int) -> None:
-    if query.shape[0] == 0 or seqused_k.shape[0] == 0:
-        return
-    q_start = cu_seqlens_q[:-1].long()
-    q_len = cu_seqlens_q[1:].long() - q_start
-    if query.shape[0] == seqused_k.shape[0] and bool((q_len == 1).all()):
-        _decode(out, query, key_cache, value_cache, block_table, seqused_k.long(), scale, softcap, sliding_window)
-        return
-
-    def gather(seqs: torch.Tensor, num_k: int):
-        table = block_table[seqs]
-        return _gather_paged(key_cache, table, num_k), _gather_paged(value_cache, table, num_k)
-
-    _run_groups(out, query, q_start, q_len, seqused_k.long(), gather, scale, softcap, sliding_window, True)
-
-
-def paged_attention(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-                    block_tables: torch.Tensor, seq_lens: torch.Tensor, scale: float, softcap: float,
-                    sliding_window: int) -> None:
-    if query.shape[0] == 0:
-        return
-    _decode(out, query, key_cache, value_cache, block_tables, seq_lens.long(), scale, softcap, sliding_window)
-
-
-def flash_attention_varlen(out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                           cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, max_seqlen_q: int,
-                           max_seqlen_k: int, scale: float, causal: bool) -> None:
-    if q.shape[0] == 0 or cu_seqlens_q.shape[0] < 2:
-        return
-    if k.shape[0] == 0:  # no keys anywhere: every query sees nothing
-        out.zero_()
-        return
-    q_start = cu_seqlens_q[:-1].long()
-    q_len = cu_seqlens_q[1:].long() - q_start
-    k_start = cu_seqlens_k[:-1].long()
-    kv_len = cu_seqlens_k[1:].long() - k_start
-
-    def gather(seqs: torch.Tensor, num_k: int):
-        rows = (k_start[seqs, None] + torch.arange(num_k, device=k.device)[None, :]).clamp(max=k.shape[0] - 1)
-        return k[rows], v[rows]
-
-    _run_groups(out, q, q_start, q_len, kv_len, gather, scale, 0.0, 0, causal)

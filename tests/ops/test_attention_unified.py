@@ -1,0 +1,103 @@
+"""unified_attention, the op contract: the reference vs an independent per-sequence fp64 formula,
+opcheck and torch.compile on both kernel paths, the functional wrapper and bad inputs.
+(Triton kernel vs reference numerics: tests/kernels/test_attention_unified.py.)"""
+import pytest
+import torch
+
+import ascendkit.ops as ak
+from opchecks import compiles, op_contract_tests
+from ops._attention import make_paged_batch, paged_formula
+
+OPS = torch.ops.ascend
+
+CASES = [  # q_lens, kv_lens: decode, chunked prefill over context, prefill from scratch, empty sequence
+    ([1, 1, 1], [1, 17, 40]),
+    ([3, 1, 5, 1], [19, 33, 5, 0]),
+    ([7, 2], [7, 2]),
+]
+
+
+@pytest.mark.parametrize("q_lens,kv_lens", CASES)
+@pytest.mark.parametrize("heads,kv_heads,softcap,window", [(8, 8, 0.0, 0), (8, 2, 30.0, 0), (5, 1, 0.0, 4)])
+def test_reference_matches_independent(q_lens, kv_lens, heads, kv_heads, softcap, window):
+    query, kc, vc, table, cu, seqused = make_paged_batch(q_lens, kv_lens, heads, kv_heads, 32, 16)
+    got = ak.unified_attention(query, kc, vc, table, cu, seqused, max(q_lens), max(kv_lens), 0.2, softcap, window)
+    expect = paged_formula(query, kc, vc, table, q_lens, kv_lens, 0.2, softcap, window)
+    assert not got.isnan().any()
+    torch.testing.assert_close(got.double(), expect, rtol=1e-5, atol=1e-5)
+    if 0 in kv_lens:
+        b = kv_lens.index(0)
+        assert (got[int(cu[b]):int(cu[b + 1])] == 0).all()
+
+
+def test_mixed_batch_long_context_reference():
+    q_lens, kv_lens = [1, 129, 1, 40], [1000, 129, 255, 1040]
+    query, kc, vc, table, cu, seqused = make_paged_batch(q_lens, kv_lens, 4, 1, 16, 64)
+    got = ak.unified_attention(query, kc, vc, table, cu, seqused, 129, 1040, 0.25, 0.0, 300)
+    expect = paged_formula(query, kc, vc, table, q_lens, kv_lens, 0.25, 0.0, 300)
+    torch.testing.assert_close(got.double(), expect, rtol=1e-5, atol=1e-5)
+
+
+def test_reference_half_precision_close():
+    query, kc, vc, table, cu, seqused = make_paged_batch([2, 1], [20, 9], 4, 2, 64, 16, dtype=torch.bfloat16)
+    got = ak.unified_attention(query, kc, vc, table, cu, seqused, 2, 20, 0.125)
+    expect = paged_formula(query, kc, vc, table, [2, 1], [20, 9], 0.125)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.double(), expect, rtol=2e-2, atol=2e-2)
+
+
+def _args():
+    query, kc, vc, table, cu, seqused = make_paged_batch([3, 1], [19, 5], 4, 2, 16, 16)
+    return [torch.empty_like(query), query, kc, vc, table, cu, seqused, 3, 19, 0.25, 10.0, 6]
+
+
+test_opcheck, test_compile = op_contract_tests({"unified_attention": _args})
+
+
+def test_wrapper_compiles():
+    def step(query, kc, vc, table, cu, seqused):
+        return ak.unified_attention(query, kc, vc, table, cu, seqused, 3, 19, 0.25, 10.0, 8).sum(-1)
+
+    compiles(step, *_args()[1:7])
+
+
+def test_bad_inputs():
+    out, query, kc, vc, table, cu, seqused, mq, mk, scale, cap, win = _args()
+    op = OPS.unified_attention
+
+    def call(**kw):
+        args = dict(out=out, query=query, key_cache=kc, value_cache=vc, block_table=table, cu_seqlens_q=cu,
+                    seqused_k=seqused, max_seqlen_q=mq, max_seqlen_k=mk, scale=scale, softcap=cap, sliding_window=win)
+        args.update(kw)
+        return op(*args.values())
+
+    for name, exc, bad in [
+        ("query", TypeError, dict(query=query.int())),
+        ("query", TypeError, dict(query=query.double())),
+        ("query", ValueError, dict(query=torch.randn(4, 16, 4).transpose(1, 2))),  # non-contiguous last dim
+        ("out", ValueError, dict(out=torch.empty(4, 4, 8))),
+        ("out", TypeError, dict(out=out.half())),
+        ("key_cache", ValueError, dict(key_cache=torch.randn(kc.shape[0], 16, 3, 16), value_cache=torch.randn(kc.shape[0], 16, 3, 16))),
+        ("value_cache", ValueError, dict(value_cache=vc[:, :, :1])),
+        ("key_cache", ValueError, dict(key_cache=torch.randn(4, 8, 2, 16), value_cache=torch.randn(4, 8, 2, 16))),
+        ("key_cache", TypeError, dict(key_cache=kc.half(), value_cache=vc.half())),
+        ("block_table", TypeError, dict(block_table=table.long())),
+        ("block_table", ValueError, dict(block_table=table[:1])),
+        ("cu_seqlens_q", ValueError, dict(cu_seqlens_q=cu[:2])),
+        ("max_seqlen_k", ValueError, dict(max_seqlen_k=table.shape[1] * 16 + 1)),  # longer than the table holds
+        ("seqused_k", ValueError, dict(seqused_k=torch.tensor([19, table.shape[1] * 16 + 1], dtype=torch.int32))),
+        ("max_seqlen_q", ValueError, dict(max_seqlen_q=5)),
+        ("scale", ValueError, dict(scale=0.0)),
+        ("softcap", ValueError, dict(softcap=-1.0)),
+        ("seqused_k", ValueError, dict(seqused_k=seqused.to("meta"))),
+    ]:
+        with pytest.raises(exc, match=rf"^{name}\b"):
+            call(**bad)
+
+
+def test_bad_input_writes_nothing(triton_path):
+    out, query, kc, vc, table, cu, seqused, mq, mk, scale, cap, win = _args()
+    out.fill_(7.0)
+    with pytest.raises(ValueError):
+        OPS.unified_attention(out, query, kc, vc, table[:1], cu, seqused, mq, mk, scale, cap, win)
+    assert (out == 7.0).all()
