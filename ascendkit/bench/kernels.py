@@ -104,7 +104,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def benchmark_case(benchmark, case: KernelCase, impl: str = "ascendkit") -> None:
-    """pytest-benchmark adapter (bench/test_<family>.py): time our op (or, impl="torch_npu", the
+    """pytest-benchmark adapter (bench/test_kernels.py): time our op (or, impl="torch_npu", the
     vendor baseline), grouped by case so both sit side by side, with bytes, FLOPs and the roofline
     metrics in extra_info. Each call synchronises the device so queued kernels are counted."""
     device = platform.default_device()

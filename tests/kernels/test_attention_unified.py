@@ -1,11 +1,10 @@
 """unified_attention: the Triton kernel (interpreter) vs the torch reference and vs the independent
 fp64 formula of tests/ops/_attention.py, over GQA ratios, head/block sizes, sequence sets that
-cross block boundaries, strided query/out/caches, NaN-poisoned unused cache slots; the lowering
-gate of the attention kernels. (opcheck / torch.compile on both paths: tests/ops/.)"""
+cross block boundaries, strided query/out/caches, NaN-poisoned unused cache slots (the Ascend
+gate of the attention kernels: tests/lowering/; opcheck / torch.compile on both paths: tests/ops/.)"""
 import pytest
 import torch
 
-from ascendkit.kernels.ascend_gate import run_gate
 from opchecks import kernel_path
 from ops._attention import make_paged_batch, paged_formula
 from tolerances import assert_close
@@ -92,17 +91,6 @@ def test_strided_query_out_and_caches():
 
 def test_many_blocks():
     check([1, 4, 1], [300, 40, 17], 2, 1, 16, 16, num_blocks=32768)
-
-
-@pytest.mark.slow
-def test_lowering_gate():
-    reports = run_gate(["attention_unified", "attention_varlen", "attention_paged"])
-    assert {r.name.split("[")[0] for r in reports} == {
-        "unified_attention", "flash_attention_varlen", "paged_attention", "paged_attention_reduce"}
-    for r in reports:
-        assert r.passed, (r.name, r.hazards)
-        assert r.discrete_sites == 0, r.name  # K/V (and Q/out) move as whole tiles, never row gathers
-        assert r.mix_mode == ("aiv" if r.name.startswith("paged_attention_reduce") else "mix"), r.name
 
 
 def test_oversized_query_tile_is_refused_on_the_kernel_path(triton_path):
