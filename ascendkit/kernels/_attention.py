@@ -78,6 +78,13 @@ def attend_tile(q, k, v, acc, m_i, l_i, visible, scale, softcap, USE_SOFTCAP: tl
 
 
 @triton.jit
+def work_coords(work, n_inner, NUM_KV_HEADS: tl.constexpr):
+    """(sequence, KV head, inner index) of flat work item `work`, laid out [sequence][KV head][inner]
+    (inner: a KV split of paged decode, a query block of unified attention)."""
+    return work // (n_inner * NUM_KV_HEADS), (work // n_inner) % NUM_KV_HEADS, work % n_inner
+
+
+@triton.jit
 def group_rows(base, t0, n_t, stride_t, h0, n_h, stride_h, BLOCK_T: tl.constexpr, H_PAD: tl.constexpr,
                D: tl.constexpr, D_PAD: tl.constexpr):
     """Pointers and mask of the [BLOCK_T, H_PAD, D_PAD] block of a [tokens, heads, D] tensor at

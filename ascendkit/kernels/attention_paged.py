@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 
 from ascendkit.kernels._attention import (
-    attend_kv_range, check_query_tile, finish, group_rows, init_state, tile_n, upcast_dot,
+    attend_kv_range, check_query_tile, finish, group_rows, init_state, tile_n, upcast_dot, work_coords,
 )
 from ascendkit.kernels._reduce import fast_max
 from ascendkit.platform import core_counts, grid_size
@@ -48,9 +48,7 @@ def paged_decode_kernel(
     heads = NUM_KV_HEADS * GROUP
     total = num_seqs * NUM_KV_HEADS * num_splits
     for work in range(tl.program_id(0), total, tl.num_programs(0)):
-        split = work % num_splits
-        kv_head = (work // num_splits) % NUM_KV_HEADS
-        seq = work // (num_splits * NUM_KV_HEADS)
+        seq, kv_head, split = work_coords(work, num_splits, NUM_KV_HEADS)
         kv_len = tl.load(lens_ptr + seq)
         q_row, n_q = _query_row(cu_q_ptr, seq, VARLEN_Q)
         q_pos = tl.zeros([H_PAD], dtype=tl.int32) + kv_len - 1  # the query is the newest token

@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 
 from ascendkit.kernels._attention import (
-    attend_kv_range, check_query_tile, finish, group_rows, init_state, tile_n, upcast_dot,
+    attend_kv_range, check_query_tile, finish, group_rows, init_state, tile_n, upcast_dot, work_coords,
 )
 from ascendkit.kernels import attention_paged
 from ascendkit.platform import grid_size
@@ -44,9 +44,7 @@ def flash_attention_kernel(
     head = rows % G_PAD  # query head within the GQA group
     total = num_seqs * NUM_KV_HEADS * num_q_blocks
     for work in range(tl.program_id(0), total, tl.num_programs(0)):
-        q_blk = work % num_q_blocks
-        kv_head = (work // num_q_blocks) % NUM_KV_HEADS
-        seq = work // (num_q_blocks * NUM_KV_HEADS)
+        seq, kv_head, q_blk = work_coords(work, num_q_blocks, NUM_KV_HEADS)
         q_start = tl.load(cu_q_ptr + seq)
         q_len = tl.load(cu_q_ptr + seq + 1) - q_start
         if PAGED:

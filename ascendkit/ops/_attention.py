@@ -113,7 +113,8 @@ def check_paged_attention(out: torch.Tensor, query: torch.Tensor, key_cache: tor
     check_scalars(scale, softcap)
 
 
-def check_scalars(scale: float, softcap: float) -> None:
+def check_scalars(scale: float, softcap: float = 0.0) -> None:
+    """The softmax scale (> 0) and the logit softcap (>= 0, 0 = off) of every attention op."""
     check_positive("scale", scale)
     if softcap < 0:
         raise ValueError(f"softcap: must be >= 0 (0 = off), got {softcap}")

@@ -1,8 +1,10 @@
 """One helper that registers an `ascend::*` op with torch.library.
 
-Every op is declared once with its public schema (the notation of the op contract table in the
-README's "Ops" section and docs/architecture.md: `Tensor!` = mutated), a validator, a pure-torch
-reference and a Triton launcher. Dispatch:
+Every op is declared once, in its family's module ascendkit/ops/<family>.py, with its public
+schema (the notation of the op contract table in the README's "Ops" section: `Tensor!` =
+mutated) and a validator. Its implementations are found by the family vocabulary
+(docs/architecture.md): the pure-torch reference is `<name>` in ascendkit/ops/reference/<family>.py,
+the Triton launcher `<name>` in ascendkit/kernels/<family>.py. Dispatch:
   CPU          -> reference, or the Triton launcher when ASCENDKIT_KERNELS=triton (read per call;
                   needs TRITON_INTERPRET=1 before ascendkit is imported)
   PrivateUse1  -> Triton launcher (NPU via torch_npu; registered by key so it works before
@@ -37,7 +39,7 @@ class OpInfo:
 
 
 # name -> where the op is declared and which launcher it runs (tests/test_layout.py checks that
-# both name the same family).
+# the launcher resolves).
 OP_INFO: dict[str, OpInfo] = {}
 
 
@@ -55,22 +57,19 @@ def torch_schema(public: str) -> str:
     return re.sub(r"Tensor!(\??)", lambda m: f"Tensor({next(letters)}!){m.group(1)}", public)
 
 
-def register_op(
-    name: str,
-    schema: str,
-    *,
-    validate: Callable[..., None],
-    reference: Callable,
-    triton: str,
-    fake: Callable | None = None,
-) -> Callable:
-    """Define `torch.ops.ascend.<name>` and return the op overload.
+def register_op(name: str, schema: str, *, validate: Callable[..., None], fake: Callable | None = None) -> Callable:
+    """Define `torch.ops.ascend.<name>` from the calling module ascendkit/ops/<family>.py and
+    return the op overload.
 
     validate(*args) raises ValueError/TypeError naming the bad argument; it runs before any
-    implementation. reference and the launcher take the op's arguments in schema order.
-    `triton` names the launcher as "ascendkit.kernels.<module>:<function>"; it is imported on
-    first use, so importing ascendkit needs no triton.
+    implementation. The reference (ops/reference/<family>.py) and the launcher
+    (kernels/<family>.py), both named `name`, take the op's arguments in schema order; the
+    launcher is imported on first use, so importing ascendkit needs no triton.
     """
+    module = sys._getframe(1).f_globals["__name__"]
+    family = module.rpartition(".")[2]
+    reference = getattr(importlib.import_module(f"ascendkit.ops.reference.{family}"), name)
+    triton = f"ascendkit.kernels.{family}:{name}"
     launcher = _lazy(triton)
     if name in REGISTERED:
         raise RuntimeError(f"op ascend::{name} registered twice")
@@ -96,7 +95,7 @@ def register_op(
 
     torch.library.register_fake(f"{NAMESPACE}::{name}", fake_impl, lib=_LIB)
     REGISTERED[name] = schema
-    OP_INFO[name] = OpInfo(schema, triton, sys._getframe(1).f_globals["__name__"])
+    OP_INFO[name] = OpInfo(schema, triton, module)
     return getattr(torch.ops.ascend, name).default
 
 

@@ -5,7 +5,6 @@ import torch
 
 from ascendkit.ops._registry import register_op
 from ascendkit.ops._validate import FLOAT_DTYPES, check_rows_viewable, check_same_device, check_same_dtype, check_shape, check_tensor
-from ascendkit.ops.reference import activation as reference
 
 
 def _validate(out: torch.Tensor, input: torch.Tensor) -> None:
@@ -20,18 +19,8 @@ def _validate(out: torch.Tensor, input: torch.Tensor) -> None:
     check_rows_viewable("out", out)
 
 
-def _register(name: str):
-    return register_op(
-        name,
-        "(Tensor! out, Tensor input) -> ()",
-        validate=_validate,
-        reference=getattr(reference, name),
-        triton=f"ascendkit.kernels.activation:{name}",
-    )
-
-
-silu_and_mul_op = _register("silu_and_mul")
-gelu_tanh_and_mul_op = _register("gelu_tanh_and_mul")
+silu_and_mul_op = register_op("silu_and_mul", "(Tensor! out, Tensor input) -> ()", validate=_validate)
+gelu_tanh_and_mul_op = register_op("gelu_tanh_and_mul", "(Tensor! out, Tensor input) -> ()", validate=_validate)
 
 
 def _gated(op, input: torch.Tensor) -> torch.Tensor:

@@ -6,17 +6,11 @@ import torch
 
 from ascendkit.ops._attention import validate_paged
 from ascendkit.ops._registry import register_op
-from ascendkit.ops.reference import attention_paged as reference
 
 
-paged_attention_op = register_op(
-    "paged_attention",
-    "(Tensor! out, Tensor query, Tensor key_cache, Tensor value_cache, Tensor block_tables, Tensor seq_lens, "
-    "float scale, float softcap, int sliding_window) -> ()",
-    validate=validate_paged,
-    reference=reference.paged_attention,
-    triton="ascendkit.kernels.attention_paged:paged_attention",
-)
+PAGED_ATTENTION_SCHEMA = ("(Tensor! out, Tensor query, Tensor key_cache, Tensor value_cache, Tensor block_tables, "
+                          "Tensor seq_lens, float scale, float softcap, int sliding_window) -> ()")
+paged_attention_op = register_op("paged_attention", PAGED_ATTENTION_SCHEMA, validate=validate_paged)
 
 
 def paged_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,

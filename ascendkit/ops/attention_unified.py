@@ -5,17 +5,12 @@ import torch
 
 from ascendkit.ops._attention import validate_unified
 from ascendkit.ops._registry import register_op
-from ascendkit.ops.reference import attention_unified as reference
 
 
-unified_attention_op = register_op(
-    "unified_attention",
-    "(Tensor! out, Tensor query, Tensor key_cache, Tensor value_cache, Tensor block_table, Tensor cu_seqlens_q, "
-    "Tensor seqused_k, int max_seqlen_q, int max_seqlen_k, float scale, float softcap, int sliding_window) -> ()",
-    validate=validate_unified,
-    reference=reference.unified_attention,
-    triton="ascendkit.kernels.attention_unified:unified_attention",
-)
+UNIFIED_ATTENTION_SCHEMA = ("(Tensor! out, Tensor query, Tensor key_cache, Tensor value_cache, Tensor block_table, "
+                            "Tensor cu_seqlens_q, Tensor seqused_k, int max_seqlen_q, int max_seqlen_k, float scale, "
+                            "float softcap, int sliding_window) -> ()")
+unified_attention_op = register_op("unified_attention", UNIFIED_ATTENTION_SCHEMA, validate=validate_unified)
 
 
 def unified_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,

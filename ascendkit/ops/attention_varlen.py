@@ -3,10 +3,9 @@ from __future__ import annotations
 
 import torch
 
-from ascendkit.ops._attention import check_heads, check_query_out
+from ascendkit.ops._attention import check_heads, check_query_out, check_scalars
 from ascendkit.ops._registry import register_op
-from ascendkit.ops._validate import FLOAT_DTYPES, INT32, check_positive, check_same_device, check_same_dtype, check_shape, check_tensor
-from ascendkit.ops.reference import attention_varlen as reference
+from ascendkit.ops._validate import FLOAT_DTYPES, INT32, check_same_device, check_same_dtype, check_shape, check_tensor
 
 
 def _validate(out, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int, scale: float,
@@ -27,17 +26,13 @@ def _validate(out, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_s
         raise ValueError(f"max_seqlen_q: must be in [0, {q.shape[0]}] (q's tokens), got {max_seqlen_q}")
     if not 0 <= max_seqlen_k <= k.shape[0]:
         raise ValueError(f"max_seqlen_k: must be in [0, {k.shape[0]}] (k's tokens), got {max_seqlen_k}")
-    check_positive("scale", scale)
+    check_scalars(scale)
 
 
-flash_attention_varlen_op = register_op(
-    "flash_attention_varlen",
-    "(Tensor! out, Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, int max_seqlen_q, "
-    "int max_seqlen_k, float scale, bool causal) -> ()",
-    validate=_validate,
-    reference=reference.flash_attention_varlen,
-    triton="ascendkit.kernels.attention_varlen:flash_attention_varlen",
-)
+FLASH_ATTENTION_VARLEN_SCHEMA = ("(Tensor! out, Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, "
+                                 "Tensor cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float scale, "
+                                 "bool causal) -> ()")
+flash_attention_varlen_op = register_op("flash_attention_varlen", FLASH_ATTENTION_VARLEN_SCHEMA, validate=_validate)
 
 
 def flash_attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,

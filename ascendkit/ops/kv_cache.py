@@ -5,7 +5,6 @@ import torch
 
 from ascendkit.ops._registry import register_op
 from ascendkit.ops._validate import FLOAT_DTYPES, INDEX_DTYPES, check_same_device, check_same_dtype, check_shape, check_tensor
-from ascendkit.ops.reference import kv_cache as reference
 
 # Quantised caches (fp8/int8) come with their own kernels; until then only "auto" (store as is).
 SUPPORTED_KV_CACHE_DTYPES = ("auto",)
@@ -56,22 +55,14 @@ def _validate_mla(kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor
     _check_common(slot_mapping, kv_c.shape[0], kv_cache_dtype, {"scale": scale})
 
 
-reshape_and_cache_flash_op = register_op(
-    "reshape_and_cache_flash",
-    "(Tensor key, Tensor value, Tensor! key_cache, Tensor! value_cache, Tensor slot_mapping, str kv_cache_dtype, "
-    "Tensor k_scale, Tensor v_scale) -> ()",
-    validate=_validate_flash,
-    reference=reference.reshape_and_cache_flash,
-    triton="ascendkit.kernels.kv_cache:reshape_and_cache_flash",
-)
+RESHAPE_AND_CACHE_FLASH_SCHEMA = ("(Tensor key, Tensor value, Tensor! key_cache, Tensor! value_cache, "
+                                  "Tensor slot_mapping, str kv_cache_dtype, Tensor k_scale, Tensor v_scale) -> ()")
+reshape_and_cache_flash_op = register_op("reshape_and_cache_flash", RESHAPE_AND_CACHE_FLASH_SCHEMA,
+                                         validate=_validate_flash)
 
-concat_and_cache_mla_op = register_op(
-    "concat_and_cache_mla",
-    "(Tensor kv_c, Tensor k_pe, Tensor! kv_cache, Tensor slot_mapping, str kv_cache_dtype, Tensor scale) -> ()",
-    validate=_validate_mla,
-    reference=reference.concat_and_cache_mla,
-    triton="ascendkit.kernels.kv_cache:concat_and_cache_mla",
-)
+CONCAT_AND_CACHE_MLA_SCHEMA = ("(Tensor kv_c, Tensor k_pe, Tensor! kv_cache, Tensor slot_mapping, str kv_cache_dtype, "
+                               "Tensor scale) -> ()")
+concat_and_cache_mla_op = register_op("concat_and_cache_mla", CONCAT_AND_CACHE_MLA_SCHEMA, validate=_validate_mla)
 
 
 def _unit_scale(like: torch.Tensor) -> torch.Tensor:

@@ -5,7 +5,6 @@ import torch
 
 from ascendkit.ops._registry import register_op
 from ascendkit.ops._validate import FLOAT_DTYPES, INDEX_DTYPES, check_same_device, check_shape, check_tensor
-from ascendkit.ops.reference import mask as reference
 
 
 def _validate(out: torch.Tensor, q_lens: torch.Tensor, kv_lens: torch.Tensor, fill_value: float, sliding_window: int) -> None:
@@ -17,13 +16,8 @@ def _validate(out: torch.Tensor, q_lens: torch.Tensor, kv_lens: torch.Tensor, fi
     check_shape("kv_lens", kv_lens, (out.shape[0],), "one length per batch row of out")
 
 
-causal_mask_op = register_op(
-    "causal_mask",
-    "(Tensor! out, Tensor q_lens, Tensor kv_lens, float fill_value, int sliding_window) -> ()",
-    validate=_validate,
-    reference=reference.causal_mask,
-    triton="ascendkit.kernels.mask:causal_mask",
-)
+CAUSAL_MASK_SCHEMA = "(Tensor! out, Tensor q_lens, Tensor kv_lens, float fill_value, int sliding_window) -> ()"
+causal_mask_op = register_op("causal_mask", CAUSAL_MASK_SCHEMA, validate=_validate)
 
 
 def causal_mask(q_lens: torch.Tensor, kv_lens: torch.Tensor, max_q: int | None = None, max_kv: int | None = None,

@@ -3,10 +3,9 @@ from __future__ import annotations
 
 import torch
 
-from ascendkit.ops._attention import check_block_size, check_paged_batch
+from ascendkit.ops._attention import check_block_size, check_paged_batch, check_scalars
 from ascendkit.ops._registry import register_op
-from ascendkit.ops._validate import FLOAT_DTYPES, check_positive, check_same_device, check_same_dtype, check_shape, check_tensor
-from ascendkit.ops.reference import mla as reference
+from ascendkit.ops._validate import FLOAT_DTYPES, check_same_device, check_same_dtype, check_shape, check_tensor
 
 
 def _validate(out: torch.Tensor, query: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor,
@@ -27,17 +26,12 @@ def _validate(out: torch.Tensor, query: torch.Tensor, kv_cache: torch.Tensor, bl
     check_same_device(query=query, out=out, kv_cache=kv_cache, block_table=block_table,
                       cu_seqlens_q=cu_seqlens_q, seqused_k=seqused_k)
     check_same_dtype(query=query, kv_cache=kv_cache, out=out)
-    check_positive("scale", scale)
+    check_scalars(scale)
 
 
-mla_attention_op = register_op(
-    "mla_attention",
-    "(Tensor! out, Tensor query, Tensor kv_cache, Tensor block_table, Tensor cu_seqlens_q, Tensor seqused_k, "
-    "int max_seqlen_q, int max_seqlen_k, int kv_lora_rank, float scale) -> ()",
-    validate=_validate,
-    reference=reference.mla_attention,
-    triton="ascendkit.kernels.mla:mla_attention",
-)
+MLA_ATTENTION_SCHEMA = ("(Tensor! out, Tensor query, Tensor kv_cache, Tensor block_table, Tensor cu_seqlens_q, "
+                        "Tensor seqused_k, int max_seqlen_q, int max_seqlen_k, int kv_lora_rank, float scale) -> ()")
+mla_attention_op = register_op("mla_attention", MLA_ATTENTION_SCHEMA, validate=_validate)
 
 
 def mla_attention(query: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor, cu_seqlens_q: torch.Tensor,

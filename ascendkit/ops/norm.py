@@ -7,7 +7,6 @@ from ascendkit.ops._registry import register_op
 from ascendkit.ops._validate import (
     FLOAT_DTYPES, check_positive, check_rows_viewable, check_same_device, check_same_dtype, check_shape, check_tensor,
 )
-from ascendkit.ops.reference import norm as reference
 
 
 def _check_rows_and_weight(first: tuple[str, torch.Tensor], second: tuple[str, torch.Tensor],
@@ -34,21 +33,12 @@ def _validate_fused_add_rms_norm(input: torch.Tensor, residual: torch.Tensor, we
     _check_rows_and_weight(("input", input), ("residual", residual), weight, epsilon)
 
 
-rms_norm_op = register_op(
-    "rms_norm",
-    "(Tensor! out, Tensor input, Tensor weight, float epsilon) -> ()",
-    validate=_validate_rms_norm,
-    reference=reference.rms_norm,
-    triton="ascendkit.kernels.norm:rms_norm",
-)
+RMS_NORM_SCHEMA = "(Tensor! out, Tensor input, Tensor weight, float epsilon) -> ()"
+rms_norm_op = register_op("rms_norm", RMS_NORM_SCHEMA, validate=_validate_rms_norm)
 
-fused_add_rms_norm_op = register_op(
-    "fused_add_rms_norm",
-    "(Tensor! input, Tensor! residual, Tensor weight, float epsilon) -> ()",
-    validate=_validate_fused_add_rms_norm,
-    reference=reference.fused_add_rms_norm,
-    triton="ascendkit.kernels.norm:fused_add_rms_norm",
-)
+FUSED_ADD_RMS_NORM_SCHEMA = "(Tensor! input, Tensor! residual, Tensor weight, float epsilon) -> ()"
+fused_add_rms_norm_op = register_op("fused_add_rms_norm", FUSED_ADD_RMS_NORM_SCHEMA,
+                                    validate=_validate_fused_add_rms_norm)
 
 
 def rms_norm(input: torch.Tensor, weight: torch.Tensor, epsilon: float = 1e-6) -> torch.Tensor:

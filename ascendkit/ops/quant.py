@@ -8,7 +8,6 @@ from ascendkit.ops._validate import (
     FLOAT_DTYPES, FP32, INT8, INT32, check_nonempty_rows, check_numel, check_rows_viewable, check_same_device,
     check_shape, check_tensor,
 )
-from ascendkit.ops.reference import quant as reference
 
 
 def _check_rows(out: torch.Tensor, input: torch.Tensor) -> int:
@@ -41,21 +40,13 @@ def _validate_dynamic(out: torch.Tensor, input: torch.Tensor, scales: torch.Tens
     check_same_device(input=input, out=out, scales=scales, azp=azp)
 
 
-static_scaled_int8_quant_op = register_op(
-    "static_scaled_int8_quant",
-    "(Tensor! out, Tensor input, Tensor scale, Tensor? azp) -> ()",
-    validate=_validate_static,
-    reference=reference.static_scaled_int8_quant,
-    triton="ascendkit.kernels.quant:static_scaled_int8_quant",
-)
+STATIC_SCALED_INT8_QUANT_SCHEMA = "(Tensor! out, Tensor input, Tensor scale, Tensor? azp) -> ()"
+static_scaled_int8_quant_op = register_op("static_scaled_int8_quant", STATIC_SCALED_INT8_QUANT_SCHEMA,
+                                          validate=_validate_static)
 
-dynamic_scaled_int8_quant_op = register_op(
-    "dynamic_scaled_int8_quant",
-    "(Tensor! out, Tensor input, Tensor! scales, Tensor!? azp) -> ()",
-    validate=_validate_dynamic,
-    reference=reference.dynamic_scaled_int8_quant,
-    triton="ascendkit.kernels.quant:dynamic_scaled_int8_quant",
-)
+DYNAMIC_SCALED_INT8_QUANT_SCHEMA = "(Tensor! out, Tensor input, Tensor! scales, Tensor!? azp) -> ()"
+dynamic_scaled_int8_quant_op = register_op("dynamic_scaled_int8_quant", DYNAMIC_SCALED_INT8_QUANT_SCHEMA,
+                                           validate=_validate_dynamic)
 
 
 def static_scaled_int8_quant(input: torch.Tensor, scale: torch.Tensor, azp: torch.Tensor | None = None) -> torch.Tensor:

@@ -5,7 +5,6 @@ import torch
 
 from ascendkit.ops._registry import register_op
 from ascendkit.ops._validate import FLOAT_DTYPES, INDEX_DTYPES, check_same_device, check_same_dtype, check_tensor
-from ascendkit.ops.reference import rope as reference
 
 
 def _check_heads(name: str, t: torch.Tensor, head_size: int, tokens: int) -> None:
@@ -34,13 +33,9 @@ def _validate(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | 
         raise ValueError(f"cos_sin_cache: rot_dim {rot_dim} must be even and in (0, head_size={head_size}]")
 
 
-rotary_embedding_op = register_op(
-    "rotary_embedding",
-    "(Tensor positions, Tensor! query, Tensor!? key, int head_size, Tensor cos_sin_cache, bool is_neox) -> ()",
-    validate=_validate,
-    reference=reference.rotary_embedding,
-    triton="ascendkit.kernels.rope:rotary_embedding",
-)
+ROTARY_EMBEDDING_SCHEMA = ("(Tensor positions, Tensor! query, Tensor!? key, int head_size, Tensor cos_sin_cache, "
+                           "bool is_neox) -> ()")
+rotary_embedding_op = register_op("rotary_embedding", ROTARY_EMBEDDING_SCHEMA, validate=_validate)
 
 
 def rotary_embedding(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | None, head_size: int,

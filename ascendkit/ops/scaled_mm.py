@@ -9,7 +9,6 @@ from ascendkit.ops._validate import (
     FLOAT_DTYPES, FP32, INT8, check_nonempty_rows, check_numel, check_rows_viewable, check_same_device, check_shape,
     check_tensor,
 )
-from ascendkit.ops.reference import scaled_mm as reference
 
 
 def _check_scales(name: str, t: torch.Tensor, n: int, what: str) -> None:
@@ -65,22 +64,11 @@ def _w8a8_linear_fake(input: torch.Tensor, weight: torch.Tensor, weight_scale: t
     return input.new_empty((*input.shape[:-1], weight.shape[0]))
 
 
-scaled_mm_op = register_op(
-    "scaled_mm",
-    "(Tensor! out, Tensor a, Tensor b, Tensor a_scales, Tensor b_scales, Tensor? bias) -> ()",
-    validate=_validate_scaled_mm,
-    reference=reference.scaled_mm,
-    triton="ascendkit.kernels.scaled_mm:scaled_mm",
-)
+SCALED_MM_SCHEMA = "(Tensor! out, Tensor a, Tensor b, Tensor a_scales, Tensor b_scales, Tensor? bias) -> ()"
+scaled_mm_op = register_op("scaled_mm", SCALED_MM_SCHEMA, validate=_validate_scaled_mm)
 
-w8a8_linear_op = register_op(
-    "w8a8_linear",
-    "(Tensor input, Tensor weight, Tensor weight_scale, Tensor? input_scale, Tensor? bias) -> Tensor",
-    validate=_validate_w8a8_linear,
-    reference=reference.w8a8_linear,
-    triton="ascendkit.kernels.scaled_mm:w8a8_linear",
-    fake=_w8a8_linear_fake,
-)
+W8A8_LINEAR_SCHEMA = "(Tensor input, Tensor weight, Tensor weight_scale, Tensor? input_scale, Tensor? bias) -> Tensor"
+w8a8_linear_op = register_op("w8a8_linear", W8A8_LINEAR_SCHEMA, validate=_validate_w8a8_linear, fake=_w8a8_linear_fake)
 
 
 def scaled_mm(a: torch.Tensor, b: torch.Tensor, a_scales: torch.Tensor, b_scales: torch.Tensor,
