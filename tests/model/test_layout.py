@@ -1,6 +1,5 @@
 """ascendkit.model's parts import one way (loading -> architectures -> layers; tokenizers only
 each other), counting every import statement, and the registry lists every architecture class."""
-import ast
 import importlib
 import inspect
 from pathlib import Path
@@ -8,6 +7,7 @@ from pathlib import Path
 import ascendkit.model
 from ascendkit.model.architectures.base import CausalLM
 from ascendkit.model.architectures.registry import ARCHITECTURES
+from import_graph import import_edges
 
 ROOT = Path(ascendkit.model.__file__).parent
 # part -> the other parts of ascendkit.model its modules may import
@@ -21,28 +21,9 @@ ALLOWED = {
 }
 
 
-def _part(module: str) -> str:
-    parts = module.split(".")
-    return parts[2] if len(parts) > 2 else "__init__"
-
-
-def _imports(path: Path):
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            yield from (alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            assert node.level == 0, f"{path}: relative import"
-            yield node.module
-
-
 def test_parts_import_one_way():
-    wrong = []
-    for path in sorted(ROOT.rglob("*.py")):
-        source = _part(".".join(path.relative_to(ROOT.parent.parent).with_suffix("").parts))
-        for target in _imports(path):
-            inside = target == "ascendkit.model" or target.startswith("ascendkit.model.")
-            if inside and _part(target) not in ALLOWED[source] | {source}:
-                wrong.append(f"{path.relative_to(ROOT)}: {source} imports {target}")
+    wrong = sorted(f"{where}: {src} imports {dst}" for src, dst, where in import_edges("ascendkit.model")
+                   if dst not in ALLOWED[src])
     assert not wrong, "\n".join(wrong)
 
 
