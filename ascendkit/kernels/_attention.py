@@ -128,6 +128,11 @@ def attend_kv_range(
     """
     offs_n = tl.arange(0, TILE_N)
     offs_d = tl.arange(0, D_PAD)
+    # Visibility is decided on fp32 positions (exact below 2^24): integer vector compares are
+    # scalar code on A2/A3, float ones run on the vector unit.
+    offs_n_f = offs_n.to(tl.float32)
+    q_pos_f = q_pos.to(tl.float32)[:, None]
+    hi_f = tl.cast(hi, tl.float32)
     for pos0 in range((lo // TILE_N) * TILE_N, hi, TILE_N):
         if PAGED:
             block = tl.load(table_row + pos0 // BLOCK_SIZE)
@@ -136,12 +141,12 @@ def attend_kv_range(
             row = tl.cast(pos0, tl.int64) * stride_tok
         k = load_kv_tile(k_base + row, offs_n, offs_d, stride_tok, hi - pos0, D, D_PAD)
         v = load_kv_tile(v_base + row, offs_n, offs_d, stride_tok, hi - pos0, D, D_PAD)
-        key_pos = pos0 + offs_n
-        visible = row_ok[:, None] & (key_pos[None, :] < hi)
+        key_pos = (tl.cast(pos0, tl.float32) + offs_n_f)[None, :]
+        visible = row_ok[:, None] & (key_pos < hi_f)
         if CAUSAL:
-            visible = visible & (key_pos[None, :] <= q_pos[:, None])
+            visible = visible & (key_pos <= q_pos_f)
         if USE_WINDOW:
-            visible = visible & (key_pos[None, :] > q_pos[:, None] - window)
+            visible = visible & (key_pos > q_pos_f - tl.cast(window, tl.float32))
         acc, m_i, l_i = attend_tile(q, k, v, acc, m_i, l_i, visible, scale, softcap, USE_SOFTCAP, UPCAST_DOT)
     return acc, m_i, l_i
 

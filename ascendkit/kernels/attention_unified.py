@@ -42,6 +42,7 @@ def flash_attention_kernel(
     rows = tl.arange(0, BLOCK_M)
     tok = rows // G_PAD  # token within the query block (row metadata only; loads use group_rows)
     head = rows % G_PAD  # query head within the GQA group
+    tok_f, head_f = tok.to(tl.float32), head.to(tl.float32)
     total = num_seqs * NUM_KV_HEADS * num_q_blocks
     for work in range(tl.program_id(0), total, tl.num_programs(0)):
         seq, kv_head, q_blk = work_coords(work, num_q_blocks, NUM_KV_HEADS)
@@ -58,7 +59,7 @@ def flash_attention_kernel(
             q_ptrs, q_mask = group_rows(q_ptr, q_start + first, q_len - first, stride_qt, kv_head * GROUP, GROUP,
                                         stride_qh, BLOCK_Q, G_PAD, D, D_PAD)
             q = tl.reshape(tl.load(q_ptrs, mask=q_mask, other=0.0), [BLOCK_M, D_PAD])
-            row_ok = (first + tok < q_len) & (head < GROUP)
+            row_ok = (tok_f < tl.cast(q_len - first, tl.float32)) & (head_f < GROUP)  # fp32: see attend_kv_range
             q_pos = kv_len - q_len + first + tok  # bottom-right aligned absolute positions
 
             last = kv_len - q_len + tl.minimum(first + BLOCK_Q, q_len) - 1  # newest query position in the block

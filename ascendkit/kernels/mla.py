@@ -81,7 +81,8 @@ def mla_attention_kernel(
             k_nope = load_kv_tile(rows, rn, dl, stride_ks, end - k0, L, BLOCK_L)
             k_pe = load_kv_tile(rows + L, rn, dr, stride_ks, end - k0, R, BLOCK_R)
             s = dot(q_nope, tl.trans(k_nope), UPCAST_DOT) + dot(q_pe, tl.trans(k_pe), UPCAST_DOT)
-            s = tl.where((rn < end - k0)[None, :], s * qk_scale_log2, float("-inf"))
+            # fp32 compare: integer vector compares are scalar code on A2/A3
+            s = tl.where((rn.to(tl.float32) < tl.cast(end - k0, tl.float32))[None, :], s * qk_scale_log2, float("-inf"))
             m_new = tl.maximum(m, fast_max(s, 1))  # finite: every step has at least one key
             alpha = tl.exp2(m - m_new)
             p = tl.exp2(s - m_new[:, None])

@@ -50,6 +50,7 @@ class LoweringReport:
     pipe_barriers: int = 0  # static cost from the HIVM IR
     sync_flags: int = 0
     cube_vector_syncs: int = 0
+    int_compares: int = 0
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -137,13 +138,13 @@ def run_gate(families: list[str] | None = None, cases_from: str | None = None) -
 
 def format_table(reports: list[LoweringReport]) -> str:
     header = (f"{'kernel case':<58} {'mode':<4} {'disc':>4} {'elem':>4} {'UB KB':>6} {'L1 KB':>6} {'L0C KB':>6} "
-              f"{'barr':>4} {'flags':>5} {'c<>v':>4}  result")
+              f"{'barr':>4} {'flags':>5} {'c<>v':>4} {'icmp':>4}  result")
     lines = [header, "-" * len(header)]
     for r in reports:
         verdict = "ok" if r.passed else "FAIL: " + "; ".join(r.hazards)
         lines.append(f"{r.name:<58} {r.mix_mode:<4} {r.discrete_sites:>4} {r.element_gathers:>4} "
                      f"{r.ub_bytes / 1024:>6.1f} {r.l1_bytes / 1024:>6.1f} {r.l0c_bytes / 1024:>6.1f} "
-                     f"{r.pipe_barriers:>4} {r.sync_flags:>5} {r.cube_vector_syncs:>4}  {verdict}")
+                     f"{r.pipe_barriers:>4} {r.sync_flags:>5} {r.cube_vector_syncs:>4} {r.int_compares:>4}  {verdict}")
     failed = sum(not r.passed for r in reports)
     lines.append(f"{len(reports) - failed} passed, {failed} failed (target {TARGET_ARCH}: front end + "
                  f"bishengir-compile to the hivmc hand-off, planned UB <= {UB_LIMIT_BYTES // 1024} KB)")

@@ -25,6 +25,8 @@ COST_OPS = {
     "pipe_barriers": r"hivm\.hir\.pipe_barrier\b",
     "sync_flags": r"hivm\.hir\.(?:set|wait)_flag\b",
     "cube_vector_syncs": r"hivm\.hir\.sync_block_(?:set|wait)\b",  # cube <-> vector hand-offs
+    # integer vector compares (vcmp/vcmps library calls on int tiles): scalar code on A2/A3
+    "int_compares": r"call @vcmps?_\w+_u?int(?:8|16|32|64)_t\b",
 }
 
 
