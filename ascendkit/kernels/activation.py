@@ -1,5 +1,5 @@
-"""Gated activations (the MLP's act(gate) * up): one vector kernel, persistent over rows and
-chunked over the output width, with the activation chosen by a constexpr: SiLU (SwiGLU, Llama
+"""Gated activations (the MLP's act(gate) * up): one vector kernel, persistent over (row, chunk
+of the output width) work items, with the activation chosen by a constexpr: SiLU (SwiGLU, Llama
 family) or tanh-approximated GELU (GeGLU, Gemma)."""
 from __future__ import annotations
 
@@ -28,16 +28,25 @@ def apply_activation(x, ACTIVATION: tl.constexpr):
 @triton.jit(do_not_specialize=["n_rows", "x_stride", "out_stride"])
 def gated_activation_kernel(x_ptr, out_ptr, n_rows, x_stride, out_stride, D: tl.constexpr, BLOCK: tl.constexpr,
                             ACTIVATION: tl.constexpr):
+    """Work item = (row, BLOCK-wide chunk of the output width), so a small decode batch still
+    spreads over the vector cores; chunks are masked only when BLOCK does not divide D."""
     cols = tl.arange(0, BLOCK)
-    for row in range(tl.program_id(0), n_rows, tl.num_programs(0)):
-        x_row = x_ptr + tl.cast(row, tl.int64) * x_stride
-        out_row = out_ptr + tl.cast(row, tl.int64) * out_stride
-        for start in range(0, D, BLOCK):
+    n_chunks = (D + BLOCK - 1) // BLOCK
+    for work in range(tl.program_id(0), n_rows * n_chunks, tl.num_programs(0)):
+        row = work // n_chunks
+        start = (work % n_chunks) * BLOCK
+        x_row = x_ptr + tl.cast(row, tl.int64) * x_stride + start
+        out_row = out_ptr + tl.cast(row, tl.int64) * out_stride + start
+        if D % BLOCK == 0:
+            gate = tl.load(x_row + cols).to(tl.float32)
+            up = tl.load(x_row + D + cols).to(tl.float32)
+            tl.store(out_row + cols, (apply_activation(gate, ACTIVATION) * up).to(out_ptr.dtype.element_ty))
+        else:
             mask = cols < D - start
-            gate = tl.load(x_row + start + cols, mask=mask, other=0.0).to(tl.float32)
-            up = tl.load(x_row + D + start + cols, mask=mask, other=0.0).to(tl.float32)
+            gate = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
+            up = tl.load(x_row + D + cols, mask=mask, other=0.0).to(tl.float32)
             y = apply_activation(gate, ACTIVATION) * up
-            tl.store(out_row + start + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+            tl.store(out_row + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 def block_for(width: int) -> int:
@@ -50,8 +59,9 @@ def _launch(out: torch.Tensor, input: torch.Tensor, activation: str) -> None:
     rows = x2.shape[0]
     if rows == 0:
         return
-    gated_activation_kernel[(grid_size(input.device, rows),)](
-        x2, out2, rows, x2.stride(0), out2.stride(0), D=d, BLOCK=block_for(d), ACTIVATION=activation
+    block = block_for(d)
+    gated_activation_kernel[(grid_size(input.device, rows * triton.cdiv(d, block)),)](
+        x2, out2, rows, x2.stride(0), out2.stride(0), D=d, BLOCK=block, ACTIVATION=activation
     )
 
 

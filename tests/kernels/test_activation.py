@@ -9,7 +9,7 @@ GATED = ["silu_and_mul", "gelu_tanh_and_mul"]
 
 @pytest.mark.parametrize("name", GATED)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("d", [8, 769, 1536, 5125])
+@pytest.mark.parametrize("d", [8, 769, 1536, 4096, 5125])  # 4096: two full (unmasked) chunks
 @pytest.mark.parametrize("tokens", [1, 83])
 def test_gated_activation(name, dtype, d, tokens):
     x = torch.randn(tokens, 2 * d, dtype=dtype) * 3
