@@ -70,10 +70,11 @@ def planned_bytes(report: dict) -> dict[str, int]:
     planned: dict[str, int] = {}
     for record in report.get("Record", []):
         key = SCOPES.get(record.get("scope", ""))
+        if key is None:
+            continue
         for buffer in record.get("memory_info_array", []):
             end = max(offset + buffer["extent"] // 8 for offset in buffer["offset"])
-            if key:
-                planned[key] = max(planned.get(key, 0), end)
+            planned[key] = max(planned.get(key, 0), end)
     return planned
 
 
