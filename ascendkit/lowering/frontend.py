@@ -1,8 +1,8 @@
 """Stage 1 of the Ascend compiler on this CPU: triton-ascend's own front end builds a kernel's
 TTIR and its bundled `triton-adapter-opt` lowers it to Linalg for an Ascend 910B target; then
 the lowered text is read for the core mode, discrete (gather/scatter) accesses and masked stores
-that became read-modify-write. On-chip memory is
-not estimated here: stage 2 (hivm.py) reports what the compiler's planner allocates."""
+that became read-modify-write. On-chip memory is not estimated here: stage 2 (hivm.py) reports
+what the compiler's planner allocates."""
 from __future__ import annotations
 
 import dataclasses

@@ -4,8 +4,8 @@ bishengir-compile's HFusion/HIVM pipeline up to the hivmc hand-off (hivm.py) —
 
 A case passes when both stages succeed, it runs in the expected core mode ("aiv" vector-only, or
 "mix" cube + vector for `tl.dot`), it has no element-granular gather or scatter and no masked
-store turned read-modify-write, the compiler kept
-multibuffering on, and the planned unified buffer leaves headroom (UB_LIMIT_BYTES).
+store turned read-modify-write, the compiler kept multibuffering on, and the planned unified
+buffer leaves headroom (UB_LIMIT_BYTES).
 
 Kernels decorated under TRITON_INTERPRET=1 are interpreter objects the code generator cannot
 lower, so `run_gate` runs in a fresh subprocess whenever the interpreter is on.

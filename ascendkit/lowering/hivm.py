@@ -56,9 +56,9 @@ def compile_flags(options: Any) -> list[str]:
     """triton-ascend's A2/A3 bishengir-compile flags (linalg_to_bin_enable_npu_compile_A2_A3) for
     the backend options in force, plus the memory report; threading off keeps runs deterministic
     (threaded runs crashed now and then under CPU load)."""
-    flags = [f"--enable-auto-multi-buffer={options.multibuffer}".lower()]
+    flags = [f"--enable-auto-multi-buffer={str(options.multibuffer).lower()}"]
     if options.enable_auto_bind_sub_block is not None:
-        flags.append(f"--enable-auto-bind-sub-block={options.enable_auto_bind_sub_block}".lower())
+        flags.append(f"--enable-auto-bind-sub-block={str(options.enable_auto_bind_sub_block).lower()}")
     return flags + ["--enable-hfusion-compile=true", "--enable-hivm-compile=true", "--enable-triton-kernel-compile=true",
                     "--enable-memory-display", "--mlir-disable-threading"]
 
