@@ -12,6 +12,9 @@ from ascendkit.ops.mla import mla_attention
 from ascendkit.ops.norm import fused_add_rms_norm, rms_norm
 from ascendkit.ops.quant import dynamic_scaled_int8_quant, static_scaled_int8_quant
 from ascendkit.ops.rope import rotary_embedding
+from ascendkit.ops.sampling import (
+    apply_penalties, gather_logprobs, process_logits, sample_tokens, update_token_counts,
+)
 from ascendkit.ops.scaled_mm import scaled_mm, w8a8_linear
 
 __all__ = [
@@ -20,4 +23,5 @@ __all__ = [
     "reshape_and_cache_flash", "concat_and_cache_mla", "causal_mask",
     "paged_attention", "flash_attention_varlen", "unified_attention", "mla_attention",
     "static_scaled_int8_quant", "dynamic_scaled_int8_quant", "scaled_mm", "w8a8_linear",
+    "apply_penalties", "process_logits", "sample_tokens", "update_token_counts", "gather_logprobs",
 ]
