@@ -25,7 +25,7 @@ from ascendkit.platform import grid_size
 
 BLOCK = 2048  # fp32 vocabulary chunk
 THRESHOLD_BITS = 30  # bisection steps: 2^30 bit patterns span the thresholds [0, 2)
-NO_INDEX = 16777216.0  # 2^24: above any vocabulary position, exact in fp32
+NO_INDEX = tl.constexpr(16777216.0)  # 2^24: above any vocabulary position, exact in fp32
 
 
 @triton.jit

@@ -11,3 +11,5 @@ ATTENTION_HEADS = ((32, 8), (9, 3))
 ATTENTION_HEAD_SIZES = (64, 80, 128, 256)
 # MLA latent cache rows (kv_lora_rank, rope dim): DeepSeek-V2/V3 (576 = 512 + 64) and a small one.
 MLA_LAYOUTS = ((512, 64), (128, 32))
+# Vocabularies: Llama-2 / Mistral, SmolLM2, Qwen2/3.
+VOCAB_SIZES = (32000, 49152, 151936)

@@ -1,0 +1,70 @@
+"""sampling family: Triton kernels (interpreter) vs the torch references. The references find
+filter thresholds from a candidate set (or bisect when it cannot decide), the kernels always
+bisect: the kept sets must agree exactly, and so must the sampled tokens (same hashed noise)."""
+import pytest
+import torch
+
+from opchecks import run_both
+
+OPS = torch.ops.ascend
+EXACT = {"rtol": 0, "atol": 0}
+I32 = torch.int32
+
+
+def _params(rows: int, vocab: int):
+    """A mix per batch: greedy, temperature only, top-k (small, and past the reference's 128
+    candidates), top-p (narrow, and wider than the candidates), min-p, and combinations."""
+    temps = torch.tensor([0.0, 0.7, 1.0, 1.3, 0.9, 1.0, 2.0, 0.5, 1.0, 5.0])[:rows]
+    top_k = torch.tensor([0, 0, 5, 0, 300, 3, 40, 0, 0, 0], dtype=I32)[:rows].clamp(max=vocab)
+    top_p = torch.tensor([1.0, 1.0, 1.0, 0.8, 1.0, 0.5, 0.9, 1.0, 0.95, 0.99])[:rows]
+    min_p = torch.tensor([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.05, 0.2, 0.0, 0.0])[:rows]
+    return temps, top_k, top_p, min_p
+
+
+@pytest.mark.parametrize("vocab", [37, 3000])  # one padded chunk; two chunks with a tail
+def test_process_logits(vocab):
+    logits = torch.randn(10, vocab + 5)[:, :vocab] * 4  # strided rows
+    logits[9] = torch.randn(vocab) * 0.01  # nearly flat: the nucleus is wider than the candidates
+    run_both(OPS.process_logits, [logits, *_params(10, vocab)], mutated=[0], **EXACT)
+
+
+def test_process_logits_boundary_ties():
+    logits = torch.tensor([[3.0, 2.0, 2.0, 2.0, 1.0, 0.0]] * 3)
+    top_k = torch.tensor([2, 0, 0], dtype=I32)
+    top_p = torch.tensor([1.0, 0.5, 1.0])
+    # min-p at e^-1 - 1e-4: an exact e^-1 would compare torch's exp with numpy's (the interpreter).
+    min_p = torch.tensor([0.0, 0.0, 0.3678])
+    args = [logits, torch.ones(3), top_k, top_p, min_p]
+    run_both(OPS.process_logits, args, mutated=[0], **EXACT)
+
+
+@pytest.mark.parametrize("vocab", [37, 3000])
+def test_sample_tokens(vocab):
+    logits = torch.randn(10, vocab) * 2
+    temps, top_k, top_p, min_p = _params(10, vocab)
+    OPS.process_logits(logits, temps, top_k, top_p, min_p)
+    seeds = torch.tensor([0, 1, -1, 2**40 + 3, 7, 7, 123456789, -2**62, 5, 11])
+    steps = torch.arange(10, dtype=torch.int64) * 1000
+    run_both(OPS.sample_tokens, [torch.empty(10, dtype=I32), logits, temps, seeds, steps], mutated=[0])
+
+
+def test_penalties_and_counts():
+    vocab, slots = 2100, 6
+    counts = torch.randint(0, 3, (slots, vocab), dtype=I32) * (torch.rand(slots, vocab) < 0.1)
+    prompt = (torch.rand(slots, vocab) < 0.05).to(torch.int8)
+    rows = torch.tensor([4, -1, 0, 2], dtype=I32)
+    logits = torch.randn(4, vocab + 3)[:, :vocab]
+    penalties = [torch.tensor([1.3, 2.0, 1.0, 0.7]), torch.tensor([0.5, 1.0, 0.0, -0.3]), torch.tensor([0.2, 1.0, 1.5, 0.0])]
+    run_both(OPS.apply_penalties, [logits, counts, prompt, rows, *penalties], mutated=[0])
+    tokens = torch.tensor([5, 9, 2099, 5], dtype=I32)
+    run_both(OPS.update_token_counts, [counts, rows, tokens], mutated=[0])
+
+
+def test_gather_logprobs():
+    logits = torch.randn(6, 2500)
+    logits[3, 100:110] = 9.0  # ties in the top-n: ordered by id
+    logits[4, 7:] = float("-inf")  # fewer finite tokens than n
+    rows = torch.tensor([5, 3, 4, 0], dtype=I32)
+    tokens = torch.tensor([1, 2, 3, 105, 4, 2499], dtype=I32)
+    args = [torch.empty(4, 13), torch.empty(4, 13, dtype=I32), logits, rows, tokens]
+    run_both(OPS.gather_logprobs, args, mutated=[0, 1], rtol=1.3e-6, atol=1e-5)

@@ -1,0 +1,223 @@
+"""sampling family, the op contract: seeded draws follow the exact filtered distribution
+(chi-square), never a filtered token, the tie rule, batch-independent seeds, penalties and
+logprobs vs independent formulas, opcheck / torch.compile on both paths, bad inputs.
+(Triton kernels vs references: tests/kernels/test_sampling.py.)"""
+import math
+
+import pytest
+import torch
+
+import ascendkit.ops as ak
+from opchecks import op_contract_tests, raises_naming
+
+OPS = torch.ops.ascend
+I32, I64 = torch.int32, torch.int64
+# Fixed seeds make every test deterministic; the chi-square bound is the 1 - 1e-4 quantile, so a
+# correct sampler fails a given (distribution, seed set) with probability 1e-4.
+Z_1E4 = 3.719
+
+
+def _chi2_bound(df: int) -> float:
+    """Wilson-Hilferty approximation of the chi-square quantile at 1 - 1e-4."""
+    a = 2 / (9 * df)
+    return df * (1 - a + Z_1E4 * math.sqrt(a)) ** 3
+
+
+def _filtered(probs: list[float], top_k: int, top_p: float, min_p: float) -> list[float]:
+    """The exact target distribution by sorting (independent of the ops): keep a token when fewer
+    than k tokens are strictly above it, when the mass strictly above it (within top-k) is at most
+    top_p of the top-k mass, and when p >= min_p * max p."""
+    keep = []
+    for p in probs:
+        above = [q for q in probs if q > p]
+        keep.append(top_k == 0 or len(above) < top_k)
+    mass = sum(p for p, k in zip(probs, keep) if k)
+    keep = [k and sum(q for q, kq in zip(probs, keep) if kq and q > p) <= top_p * mass and p >= min_p * max(probs)
+            for p, k in zip(probs, keep)]
+    total = sum(p for p, k in zip(probs, keep) if k)
+    return [p / total if k else 0.0 for p, k in zip(probs, keep)]
+
+
+def _draw(logits: torch.Tensor, n: int, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, step=0) -> torch.Tensor:
+    rows = logits.expand(n, -1).clone()
+    full = lambda v, dtype=torch.float32: torch.full((n,), v, dtype=dtype)  # noqa: E731
+    ak.process_logits(rows, full(temperature), full(top_k, I32), full(top_p), full(min_p))
+    return ak.sample_tokens(rows, full(temperature), torch.arange(n, dtype=I64), full(step, I64))
+
+
+PROBS = [0.3, 0.2, 0.15, 0.12, 0.1, 0.07, 0.04, 0.02]
+SETTINGS = [dict(), dict(top_k=3), dict(top_p=0.6), dict(min_p=0.3), dict(top_k=5, top_p=0.7),
+            dict(top_k=6, top_p=0.9, min_p=0.2), dict(temperature=0.7, top_p=0.8)]
+
+
+def _check_distribution(setting: dict, n: int) -> None:
+    logits = torch.tensor(PROBS).log()
+    temperature = setting.get("temperature", 1.0)
+    probs = torch.softmax(logits / temperature, 0).tolist()
+    target = _filtered(probs, setting.get("top_k", 0), setting.get("top_p", 1.0), setting.get("min_p", 0.0))
+    counts = torch.bincount(_draw(logits, n, **setting).long(), minlength=len(PROBS)).tolist()
+    assert all(c == 0 for c, t in zip(counts, target) if t == 0), (counts, target)  # never a filtered token
+    kept = [(c, t * n) for c, t in zip(counts, target) if t > 0]
+    chi2 = sum((c - e) ** 2 / e for c, e in kept)
+    assert chi2 < _chi2_bound(max(1, len(kept) - 1)), (counts, target)
+
+
+@pytest.mark.parametrize("setting", SETTINGS, ids=str)
+def test_distribution_matches_filtered(setting):
+    _check_distribution(setting, 20000)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("setting", SETTINGS[4:6], ids=str)
+def test_distribution_matches_filtered_triton(setting, triton_path):
+    # The kernels draw the reference's tokens (tests/kernels/test_sampling.py); this checks the
+    # distribution on the kernel path directly, with fewer draws (the interpreter is slow).
+    _check_distribution(setting, 1500)
+
+
+def test_filtered_tokens_never_sampled_large_vocab():
+    logits = torch.randn(1, 5000) * 3
+    for setting in (dict(top_k=7), dict(top_p=0.3), dict(min_p=0.5), dict(top_k=200, top_p=0.99)):
+        rows = logits.expand(512, -1).clone()
+        ak.process_logits(rows, torch.ones(512), torch.full((512,), setting.get("top_k", 0), dtype=I32),
+                          torch.full((512,), setting.get("top_p", 1.0)), torch.full((512,), setting.get("min_p", 0.0)))
+        tokens = ak.sample_tokens(rows, torch.ones(512), torch.arange(512, dtype=I64), torch.zeros(512, dtype=I64))
+        assert torch.isfinite(rows[0, tokens.long()]).all(), setting
+
+
+def test_boundary_ties_are_kept():
+    logits = torch.tensor([[3.0, 2.0, 2.0, 2.0, 1.0, 0.0]] * 4)
+    e = torch.exp(logits[0] - 3.0)
+    ak.process_logits(logits, torch.ones(4), torch.tensor([2, 0, 0, 0], dtype=I32),
+                      torch.tensor([1.0, 0.5, 1.0, float(1 / e.sum())]), torch.tensor([0.0, 0.0, float(e[1]), 0.0]))
+    kept = torch.isfinite(logits).int().tolist()
+    assert kept[0] == [1, 1, 1, 1, 0, 0]  # top-2: the three tokens tied at rank 2 all stay
+    assert kept[1] == [1, 1, 1, 1, 0, 0]  # top-p 0.5: the mass above each tied token is the same
+    assert kept[2] == [1, 1, 1, 1, 0, 0]  # min-p exactly at the tied value: kept (>=)
+    assert kept[3] == [1, 1, 1, 1, 0, 0]  # top-p equal to the best token's share: mass above <= top_p
+
+
+def test_greedy_rows_take_argmax_and_stay_raw():
+    logits = torch.randn(3, 40)
+    logits[1, 5] = logits[1, 9] = logits[1].max() + 1  # tie: lowest id
+    raw = logits.clone()
+    temps = torch.tensor([0.0, 0.0, 1.0])
+    ak.process_logits(logits, temps, torch.tensor([3, 3, 3], dtype=I32), torch.full((3,), 0.5), torch.zeros(3))
+    assert torch.equal(logits[:2], raw[:2])
+    tokens = ak.sample_tokens(logits, temps, torch.zeros(3, dtype=I64), torch.zeros(3, dtype=I64))
+    assert tokens[:2].tolist() == [int(raw[0].argmax()), 5]
+
+
+@pytest.mark.parametrize("batch", [1, 7, 32])
+def test_same_seed_same_tokens_in_any_batch(batch):
+    vocab = 300
+    target = torch.randn(vocab) * 2
+    alone = [int(_draw(target[None], 1, temperature=0.9, top_p=0.95, step=s)[0]) for s in range(4)]
+    generator = torch.Generator().manual_seed(batch)
+    for step in range(4):
+        logits = torch.randn(batch, vocab, generator=generator) * 2
+        at = int(torch.randint(batch, (1,), generator=generator))
+        logits[at] = target
+        seeds = torch.randint(1 << 40, (batch,), generator=generator)
+        seeds[at] = 0  # _draw's single row has seed 0
+        temps = torch.rand(batch, generator=generator) + 0.2
+        temps[at] = 0.9
+        top_p = torch.full((batch,), 0.95)
+        ak.process_logits(logits, temps, torch.zeros(batch, dtype=I32), top_p, torch.zeros(batch))
+        tokens = ak.sample_tokens(logits, temps, seeds, torch.full((batch,), step, dtype=I64))
+        assert int(tokens[at]) == alone[step]
+
+
+def test_seeds_and_steps_change_the_draw():
+    draws = {tuple(_draw(torch.zeros(1, 1000), 1, step=s).tolist()) for s in range(20)}
+    assert len(draws) > 15
+
+
+def test_penalties_match_vllm_formula():
+    vocab = 9
+    logits = torch.tensor([[2.0, -1.0, 0.5, 3.0, -2.0, 1.0, 0.0, 4.0, -0.5]] * 2)
+    prompts, outputs = [[0, 1], [8]], [[3, 3, 4], []]
+    counts = torch.zeros(3, vocab, dtype=I32)
+    prompt_mask = torch.zeros(3, vocab, dtype=torch.int8)
+    for slot, (prompt, output) in zip((2, 0), zip(prompts, outputs)):
+        prompt_mask[slot, prompt] = 1
+        for tok in output:
+            ak.update_token_counts(counts, torch.tensor([slot], dtype=I32), torch.tensor([tok], dtype=I32))
+    rep, freq, pres = torch.tensor([1.5, 2.0]), torch.tensor([0.2, 0.4]), torch.tensor([0.3, -0.1])
+    got = ak.apply_penalties(logits.clone(), counts, prompt_mask, torch.tensor([2, 0], dtype=I32), rep, freq, pres)
+    for row in range(2):
+        for tok in range(vocab):
+            x = float(logits[row, tok])
+            count = outputs[row].count(tok)
+            if tok in prompts[row] or count:
+                x = x / float(rep[row]) if x > 0 else x * float(rep[row])
+            x -= float(freq[row]) * count + (float(pres[row]) if count else 0.0)
+            assert float(got[row, tok]) == pytest.approx(x, rel=1e-6, abs=1e-6)
+
+
+def test_padding_rows_untouched_and_counts_skip_them():
+    logits = torch.randn(2, 5)
+    counts = torch.ones(1, 5, dtype=I32)
+    rows = torch.tensor([-1, 0], dtype=I32)
+    got = ak.apply_penalties(logits.clone(), counts, torch.zeros(1, 5, dtype=torch.int8), rows,
+                             torch.full((2,), 2.0), torch.ones(2), torch.ones(2))
+    assert torch.equal(got[0], logits[0]) and not torch.equal(got[1], logits[1])
+    ak.update_token_counts(counts, rows, torch.tensor([4, 2], dtype=I32))
+    assert counts.tolist() == [[1, 1, 2, 1, 1]]
+
+
+def test_logprobs_equal_log_softmax_of_processed_logits():
+    logits = torch.randn(5, 200) * 2
+    ak.process_logits(logits, torch.full((5,), 0.8), torch.full((5,), 20, dtype=I32), torch.ones(5), torch.zeros(5))
+    tokens = ak.sample_tokens(logits, torch.full((5,), 0.8), torch.arange(5, dtype=I64), torch.zeros(5, dtype=I64))
+    rows = torch.tensor([4, 1], dtype=I32)
+    values, ids = ak.gather_logprobs(logits, rows, tokens, 3)
+    expected = torch.log_softmax(logits[[4, 1]], -1)
+    assert ids[:, 0].tolist() == tokens[[4, 1]].tolist()
+    torch.testing.assert_close(values[:, 0], expected.gather(1, tokens[[4, 1]].long()[:, None])[:, 0])
+    top = expected.topk(3, -1)
+    assert ids[:, 1:].tolist() == top.indices.tolist()
+    torch.testing.assert_close(values[:, 1:], top.values)
+
+
+def _rows(n=4, vocab=64):
+    return torch.randn(n, vocab), torch.full((n,), 0.8), torch.tensor([0, 5, 0, 3], dtype=I32)[:n], \
+        torch.tensor([0.9, 1.0, 0.5, 1.0])[:n], torch.tensor([0.0, 0.1, 0.0, 0.0])[:n]
+
+
+test_opcheck, test_compile = op_contract_tests({
+    "process_logits": lambda: list(_rows()),
+    "sample_tokens": lambda: [torch.empty(4, dtype=I32), torch.randn(4, 64), torch.tensor([0.0, 1.0, 0.5, 2.0]),
+                              torch.arange(4, dtype=I64), torch.full((4,), 3, dtype=I64)],
+    "apply_penalties": lambda: [torch.randn(3, 64), torch.randint(0, 3, (4, 64), dtype=I32),
+                                torch.randint(0, 2, (4, 64), dtype=torch.int8), torch.tensor([2, -1, 0], dtype=I32),
+                                torch.tensor([1.2, 1.0, 0.8]), torch.tensor([0.1, 0.0, 0.3]), torch.tensor([0.5, 0.0, 0.2])],
+    "update_token_counts": lambda: [torch.zeros(4, 64, dtype=I32), torch.tensor([3, -1, 0], dtype=I32),
+                                    torch.tensor([7, 8, 63], dtype=I32)],
+    "gather_logprobs": lambda: [torch.empty(2, 4), torch.empty(2, 4, dtype=I32), torch.randn(3, 64),
+                                torch.tensor([2, 0], dtype=I32), torch.tensor([1, 2, 3], dtype=I32)],
+})
+
+
+def test_bad_inputs():
+    logits, temps, top_k, top_p, min_p = _rows()
+    raises_naming(ValueError, "temperatures", OPS.process_logits, logits, torch.tensor([0.8, -0.1, 1.0, 1.0]), top_k, top_p, min_p)
+    raises_naming(ValueError, "top_k", OPS.process_logits, logits, temps, torch.tensor([0, -1, 0, 0], dtype=I32), top_p, min_p)
+    raises_naming(ValueError, "top_p", OPS.process_logits, logits, temps, top_k, torch.tensor([0.9, 0.0, 1.0, 1.0]), min_p)
+    raises_naming(ValueError, "top_p", OPS.process_logits, logits, temps, top_k, torch.tensor([0.9, 1.01, 1.0, 1.0]), min_p)
+    raises_naming(ValueError, "min_p", OPS.process_logits, logits, temps, top_k, top_p, torch.tensor([0.0, 1.5, 0.0, 0.0]))
+    raises_naming(TypeError, "top_k", OPS.process_logits, logits, temps, top_k.long(), top_p, min_p)
+    raises_naming(TypeError, "logits", OPS.process_logits, logits.half(), temps, top_k, top_p, min_p)
+    raises_naming(ValueError, "temperatures", OPS.process_logits, logits, temps[:3], top_k, top_p, min_p)
+    tokens, seeds = torch.empty(4, dtype=I32), torch.zeros(4, dtype=I64)
+    raises_naming(ValueError, "temperatures", OPS.sample_tokens, tokens, logits, -temps, seeds, seeds)
+    raises_naming(TypeError, "seeds", OPS.sample_tokens, tokens, logits, temps, seeds.int(), seeds)
+    counts, mask = torch.zeros(2, 64, dtype=I32), torch.zeros(2, 64, dtype=torch.int8)
+    pen = torch.ones(4)
+    raises_naming(ValueError, "count_rows", OPS.apply_penalties, logits, counts, mask, torch.tensor([0, 2, -1, -1], dtype=I32), pen, pen, pen)
+    raises_naming(ValueError, "count_rows", OPS.apply_penalties, logits, counts, mask, torch.tensor([0, 0, -1, -1], dtype=I32), pen, pen, pen)
+    raises_naming(ValueError, "repetition_penalties", OPS.apply_penalties, logits, counts, mask, torch.tensor([0, 1, -1, -1], dtype=I32), -pen, pen, pen)
+    raises_naming(ValueError, "output_counts", OPS.apply_penalties, logits, torch.zeros(2, 63, dtype=I32), mask, torch.tensor([0, 1, -1, -1], dtype=I32), pen, pen, pen)
+    raises_naming(ValueError, "token_ids", OPS.update_token_counts, counts, torch.tensor([0], dtype=I32), torch.tensor([64], dtype=I32))
+    raises_naming(ValueError, "rows", OPS.gather_logprobs, torch.empty(1, 2), torch.empty(1, 2, dtype=I32), logits,
+                  torch.tensor([4], dtype=I32), tokens.zero_())
