@@ -4,8 +4,8 @@ ascendkit/kernels/sampling.py's docstring and are the same here.
 Nothing sorts the vocabulary. Filter thresholds come from a bounded candidate set, the CANDIDATES
 largest e per row (torch.topk): the top-k threshold is the k-th candidate, the top-p threshold
 the smallest candidate whose strictly-larger mass fits. Rows the candidates cannot decide (top-k
-beyond them, or a nucleus wider than them) fall back to the kernels' exact bisection on the
-threshold's bits, vectorized over those rows. Sampling draws the same hash-based Gumbel noise as
+beyond them, or a nucleus wider than them) retry with WIDE candidates, then fall back to the
+kernels' exact bisection on the threshold's bits, vectorized over those rows. Sampling draws the same hash-based Gumbel noise as
 the kernels (kernels/_rng.py), only at the candidates when every kept token is among them.
 """
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 CANDIDATES = 128
+WIDE = 4096  # the second candidate set, for wide nuclei and large k
 THRESHOLD_BITS = 30
 _MASK32 = 0xFFFFFFFF
 _MIX1, _MIX2, _GOLDEN, _STEP_SALT = 0x85EBCA6B, 0xC2B2AE35, 0x9E3779B1, 0x2545F491
@@ -56,19 +57,12 @@ def _bisect(e: torch.Tensor, floor: torch.Tensor, limit: torch.Tensor, count: bo
     return hi.view(torch.float32)
 
 
-def _top_k_floor(e: torch.Tensor, cand: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
+def _floors(e: torch.Tensor, cand: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor):
+    """(threshold [rows, 1], undecided [rows]) from the sorted candidates cand [rows, width]."""
     vocab, width = e.shape[1], cand.shape[1]
     on = (top_k > 0) & (top_k < vocab)
     floor = torch.where(on, cand.gather(1, (top_k - 1).clamp(0, width - 1)), 0.0)
-    wide = (on & (top_k > width))[:, 0]
-    if wide.any():  # k beyond the candidates: bisect those rows
-        limit = (top_k[wide] - 1).to(torch.float32)
-        floor[wide] = _bisect(e[wide], torch.zeros_like(limit), limit, count=True)
-    return floor
-
-
-def _top_p_floor(e: torch.Tensor, cand: torch.Tensor, floor: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
-    vocab, width = e.shape[1], cand.shape[1]
+    undecided = (on & (top_k > width))[:, 0]
     limit = top_p * torch.where(e >= floor, e, 0.0).sum(-1, keepdim=True)
     in_k = cand >= floor
     cand = torch.where(in_k, cand, 0.0)
@@ -80,10 +74,26 @@ def _top_p_floor(e: torch.Tensor, cand: torch.Tensor, floor: torch.Tensor, top_p
     fits = (exclusive.gather(1, first) <= limit) & in_k
     last = fits.sum(-1, keepdim=True) - 1  # fits is a prefix: the last kept candidate
     threshold = torch.where(top_p < 1, cand.gather(1, last.clamp(min=0)), floor)
-    undecided = ((top_p < 1) & fits[:, -1:] & (width < vocab))[:, 0]
-    if undecided.any():  # the nucleus may extend past the candidates: bisect those rows
-        threshold[undecided] = _bisect(e[undecided], floor[undecided], limit[undecided], count=False)
-    return torch.maximum(threshold, floor)
+    undecided |= ((top_p < 1) & fits[:, -1:] & (width < vocab))[:, 0]
+    return torch.maximum(threshold, floor), undecided
+
+
+def _filter_floor(e: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Rows the candidates leave undecided retry with WIDE candidates, then bisect."""
+    floor, undecided = _floors(e, e.topk(min(CANDIDATES, e.shape[1]), dim=-1).values, top_k, top_p)
+    if bool(undecided.any()):
+        rows = e[undecided]
+        floor[undecided], still = _floors(rows, rows.topk(min(WIDE, e.shape[1]), dim=-1).values,
+                                          top_k[undecided], top_p[undecided])
+        undecided[undecided.clone()] = still
+    if bool(undecided.any()):
+        rows, k, p = e[undecided], top_k[undecided], top_p[undecided]
+        on = (k > 0) & (k < e.shape[1])
+        k_floor = torch.where(on, _bisect(rows, torch.zeros_like(p), (k - 1).to(torch.float32), count=True), 0.0)
+        limit = p * torch.where(rows >= k_floor, rows, 0.0).sum(-1, keepdim=True)
+        p_floor = torch.where(p < 1, _bisect(rows, k_floor, limit, count=False), 0.0)
+        floor[undecided] = torch.maximum(k_floor, p_floor)
+    return floor
 
 
 def process_logits(logits: torch.Tensor, temperatures: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
@@ -98,9 +108,7 @@ def process_logits(logits: torch.Tensor, temperatures: torch.Tensor, top_k: torc
         return
     e = torch.exp(logits - logits.amax(-1, keepdim=True))
     if bool(filtered.any()):
-        cand = e.topk(min(CANDIDATES, e.shape[1]), dim=-1).values
-        k_floor = _top_k_floor(e, cand, top_k)
-        floor = torch.maximum(floor, _top_p_floor(e, cand, k_floor, top_p))
+        floor = torch.maximum(floor, _filter_floor(e, top_k, top_p))
     logits.masked_fill_(e < floor, float("-inf"))
 
 
@@ -108,15 +116,18 @@ def sample_tokens(token_ids: torch.Tensor, logits: torch.Tensor, temperatures: t
                   steps: torch.Tensor) -> None:
     keys = row_keys(seeds, steps)[:, None]
     noisy = (temperatures != 0)[:, None]
-    width = min(CANDIDATES, logits.shape[1])
+    # Candidates: as many as the widest row keeps (one counting pass), if that is well below the
+    # vocabulary; unfiltered rows then draw over the whole row below.
+    kept = (logits > float("-inf")).sum(-1)
+    width = min(max(CANDIDATES, int(kept.max())), WIDE, logits.shape[1])
     values, ids = logits.topk(width, dim=-1)
     ids, order = ids.sort(-1)  # ascending ids: argmax's first-index rule is then the lowest id
     values = values.gather(1, order)
     scores = torch.where(noisy, values + gumbel(keys, ids), values)
     token = ids.gather(1, scores.argmax(-1, keepdim=True))[:, 0]
-    # Rows with a kept token outside the candidates (the smallest candidate is finite) and
-    # greedy rows whose maximum ties beyond them draw over the whole vocabulary.
-    partial = torch.isfinite(values.amin(-1)) & (width < logits.shape[1])
+    # Rows keeping more tokens than the candidates (unfiltered and greedy rows among them) draw
+    # over the whole vocabulary.
+    partial = kept > width
     if bool(partial.any()):
         rows = logits[partial]
         cols = torch.arange(logits.shape[1], device=logits.device)
