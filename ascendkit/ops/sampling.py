@@ -148,10 +148,11 @@ def process_logits(logits: torch.Tensor, temperatures: torch.Tensor, top_k: torc
 
 def sample_tokens(logits: torch.Tensor, temperatures: torch.Tensor, seeds: torch.Tensor,
                   steps: torch.Tensor) -> torch.Tensor:
-    """One token per row of processed logits [rows, vocab] fp32 -> int32 [rows]: argmax of logits
-    + Gumbel noise hashed from (seeds[row], steps[row], token id) (int64 [rows]), so a row's draw
-    does not depend on the rest of the batch; argmax where temperatures[row] (fp32) is 0. Ties go
-    to the lowest token id."""
+    """One token per row of processed logits [rows, vocab] fp32 -> int32 [rows], drawn from
+    softmax(logits) with randomness hashed from (seeds[row], steps[row]) (int64 [rows]) only, so a
+    row's draw does not depend on the rest of the batch; argmax where temperatures[row] (fp32) is 0
+    (ties: lowest id). The Triton kernel draws by Gumbel-max, the reference (CPU) by inverse CDF:
+    each is reproducible, but the two may pick different tokens for one seed."""
     token_ids = torch.empty(logits.shape[0], dtype=torch.int32, device=logits.device)
     sample_tokens_op(token_ids, logits, temperatures, seeds, steps)
     return token_ids
