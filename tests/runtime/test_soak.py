@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from ascendkit.bench.stub_model import CHARS, VOCAB, oracle_greedy, stub_loaded
+from ascendkit.bench.stub_model import CHARS, EOS, VOCAB, oracle_greedy, stub_loaded
 from ascendkit.runtime import LLM, SamplingParams
 
 N = 500
@@ -71,4 +71,4 @@ def test_soak_500_mixed_requests_through_a_preempting_cache():
             (alone.token_ids, alone.text, alone.finish_reason), i
         if p.greedy and not p.stop:
             room = min(p.max_tokens, MAX_MODEL_LEN - len(prompt))
-            assert completion.token_ids == oracle_greedy(prompt, room, eos=None if p.ignore_eos else 0), i
+            assert completion.token_ids == oracle_greedy(prompt, room, eos=None if p.ignore_eos else EOS), i
