@@ -17,6 +17,7 @@ from ascendkit.runtime.model_interface import RuntimeModel, RuntimeModelConfig, 
 from ascendkit.runtime.outputs import CompletionOutput, RequestOutput
 from ascendkit.runtime.sampling_params import SamplingParams
 from ascendkit.runtime.sequence import Sequence
+from ascendkit.runtime.validation import check_requests
 
 Prompt = str | list[int]
 Conversation = list[dict]
@@ -90,7 +91,16 @@ class LLM:
                  use_tqdm: bool = True) -> list[RequestOutput]:
         """prompts: a raw string (no chat template applied), a list of token ids, or a list of
         either; sampling_params: one for all or one per prompt. Returns one RequestOutput per
-        prompt, in input order."""
+        prompt, in input order.
+
+        Bad requests (as vLLM treats them; runtime/validation.py): before any request runs, a
+        ValueError naming the request's index and field for an empty prompt
+        (`prompts[i]`), a token id outside the vocabulary, a prompt of max_model_len tokens or
+        more, and invalid sampling params such as max_tokens < 1 or an empty stop string
+        (`sampling_params[i]: max_tokens: ...`). Generation that would run past max_model_len
+        stops there with finish_reason "length". A request needing more KV blocks than the
+        whole cache holds gets finish_reason "error" (and RequestOutput.error) while every other
+        request runs as it would alone."""
         if isinstance(prompts, str) or (isinstance(prompts, list) and prompts and isinstance(prompts[0], int)):
             prompts = [prompts]
         encoded = [self._encode(p, add_special_tokens=True) for p in prompts]
@@ -112,12 +122,7 @@ class LLM:
             if self.tokenizer is None:
                 raise ValueError("prompts: text prompts need a tokenizer; pass token ids")
             return self.tokenizer.encode(prompt, add_special_tokens=add_special_tokens)
-        ids = [int(t) for t in prompt]
-        vocab = self.model_config.vocab_size
-        bad = [t for t in ids if not 0 <= t < vocab]
-        if bad:
-            raise ValueError(f"prompts: token id {bad[0]} outside the vocabulary [0, {vocab})")
-        return ids
+        return [int(t) for t in prompt]
 
     def _run(self, prompts: list, encoded: list[list[int]], sampling_params, use_tqdm: bool) -> list[RequestOutput]:
         if sampling_params is None or isinstance(sampling_params, SamplingParams):
@@ -126,6 +131,8 @@ class LLM:
             params = list(sampling_params)
             if len(params) != len(encoded):
                 raise ValueError(f"sampling_params: {len(params)} given for {len(encoded)} prompts")
+        check_requests(encoded, params, vocab_size=self.model_config.vocab_size,
+                       max_model_len=self.config.max_model_len, has_tokenizer=self.tokenizer is not None)
         start, steps, preemptions = time.perf_counter(), self.engine.num_steps, self.engine.scheduler.num_preemptions
         seqs = [self.engine.add(ids, p, prompt if isinstance(prompt, str) else None)
                 for prompt, ids, p in zip(prompts, encoded, params)]
