@@ -80,7 +80,7 @@ def attend_tile(q, k, v, acc, m_i, l_i, visible, scale, softcap, USE_SOFTCAP: tl
 @triton.jit
 def work_coords(work, n_inner, NUM_KV_HEADS: tl.constexpr):
     """(sequence, KV head, inner index) of flat work item `work`, laid out [sequence][KV head][inner]
-    (inner: a KV split of paged decode, a query block of unified attention)."""
+    (inner: a KV split of paged decode)."""
     return work // (n_inner * NUM_KV_HEADS), (work // n_inner) % NUM_KV_HEADS, work % n_inner
 
 
