@@ -30,8 +30,12 @@ from ascendkit.kernels import attention_paged
 from ascendkit.platform import grid_size
 
 # Query rows per work item: 16 (the smallest tl.dot tile) while the batch is decode-only or the
-# head is wider than 128, else 32 (the lowering gate measures what fits the ~96 KB budget).
+# head is wider than 128, else 32. Lowering gate, 160 KB budget (bf16, softcap and window): 32
+# rows × 128 dims plan 147 KB with 64-key tiles; 64 rows of a GQA-4 group plan 191 KB at 32 or 64
+# keys, so more rows would shrink the key tile below what 32 rows allow.
 DECODE_ROWS, PREFILL_ROWS = 16, 32
+# Dense K/V has no blocks: key tiles are position-aligned, as large as tile_n allows for the rows.
+DENSE_BLOCK = 128
 
 
 @triton.jit
@@ -126,7 +130,7 @@ def tiling(heads: int, kv_heads: int, head_size: int, block_size: int, max_seqle
     block_m = max(rows, g_pad)
     check_query_tile(block_m, d_pad)
     return dict(NUM_KV_HEADS=kv_heads, GROUP=group, G_PAD=g_pad, BLOCK_Q=block_m // g_pad, BLOCK_M=block_m,
-                D=head_size, D_PAD=d_pad, BLOCK_SIZE=block_size, TILE_N=tile_n(block_size, block_m * d_pad))
+                D=head_size, D_PAD=d_pad, BLOCK_SIZE=block_size, TILE_N=tile_n(block_size, block_m))
 
 
 def launch(out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, table: torch.Tensor,
@@ -141,11 +145,9 @@ def launch(out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: tor
         block_size, max_blocks = key.shape[1], table.shape[1]
         stride_blk, stride_tok, stride_kh, stride_table = key.stride(0), key.stride(1), key.stride(2), table.stride(0)
     else:
-        block_size, max_blocks = 16, 0  # dense: tiles are position-aligned, no blocks
+        block_size, max_blocks = DENSE_BLOCK, 0  # dense: tiles are position-aligned, no blocks
         stride_blk, stride_tok, stride_kh, stride_table = 0, key.stride(0), key.stride(1), 0
     params = tiling(query.shape[1], key.shape[-2], query.shape[2], block_size, max_seqlen_q)
-    if not paged:
-        params["TILE_N"] = tile_n(64, params["BLOCK_M"] * params["D_PAD"])
     num_q_blocks = query.shape[0] // params["BLOCK_Q"] + num_seqs  # a bound on the blocks (module docstring)
     work = num_q_blocks * params["NUM_KV_HEADS"]
     flash_attention_kernel[(grid_size(query.device, work, uses_dot=True),)](

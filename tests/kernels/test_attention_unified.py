@@ -52,7 +52,7 @@ def test_gqa_and_dtypes(dtype, heads, kv_heads):
     assert (out[int(cu[3]):int(cu[4])] == 0).all()
 
 
-@pytest.mark.parametrize("head_size,block_size", [(64, 64), (80, 16), (128, 128), (256, 64)])
+@pytest.mark.parametrize("head_size,block_size", [(64, 64), (80, 16), (128, 128), (256, 64), (32, 48)])
 def test_head_and_block_sizes(head_size, block_size):
     check([2, 1, 5], [17, 130, 5], 4, 2, head_size, block_size, torch.float16)
 
