@@ -80,7 +80,7 @@ def attend_tile(q, k, v, acc, m_i, l_i, visible, scale, softcap, USE_SOFTCAP: tl
 @triton.jit
 def work_coords(work, n_inner, NUM_KV_HEADS: tl.constexpr):
     """(sequence, KV head, inner index) of flat work item `work`, laid out [sequence][KV head][inner]
-    (inner: a KV split of paged decode, a query block of unified attention)."""
+    (inner: a KV split of paged decode)."""
     return work // (n_inner * NUM_KV_HEADS), (work // n_inner) % NUM_KV_HEADS, work % n_inner
 
 
@@ -153,17 +153,22 @@ def attend_kv_range(
 
 def check_query_tile(rows: int, head_pad: int) -> None:
     """The query rows of one work item (a whole GQA group at least) with their fp32 accumulator
-    must fit on chip: up to 64 rows of <= 128 dims or 16 rows of 256 (lowering gate: 32 × 256 came
-    to ~105 KB with 32-key tiles). Larger groups would need a group split; no served model needs it."""
+    must fit on chip: up to 64 rows of <= 128 dims or 16 rows of 256 (lowering gate, 160 KB of
+    UB, bf16 with softcap and window: 64 MQA rows × 128 dims plan 147 KB with 64-key tiles, 128
+    rows overflow the 192 KB; 32 rows × 256 dims plan 189-191 KB). Larger groups would need a
+    group split; no served model needs it."""
     limit = 64 * 128 if head_pad <= 128 else 16 * 256
     if rows * head_pad > limit:
         raise ValueError(f"query: a tile of {rows} query rows (the GQA group, padded) × head size {head_pad} exceeds "
                          f"the attention kernels' on-chip limit of {limit} elements; use the reference path")
 
 
-def tile_n(block_size: int, query_tile: int) -> int:
-    """Keys per KV tile for a query tile of `query_tile` = rows × padded head elements: divides the
-    block size, 64 keys up to a 16 × 128 (or 32 × 64) query tile, else 32, so Q, K, V, scores and
-    acc stay within the on-chip budget (lowering gate: 32 rows × 128 dims × 64 keys came to
-    ~104 KB, over 96 KB; a 128-key tile is never read whole, it is two or four sub-tiles)."""
-    return min(block_size, 64 if query_tile <= 16 * 128 else 32)
+def tile_n(block_size: int, rows: int) -> int:
+    """Keys per KV tile for a query tile of `rows` rows: the largest power of two dividing the
+    block size (a tile never straddles two blocks), at most 128 keys for 16 rows and 64 for 32-64
+    rows. UB holds the [rows, TILE_N] fp32 scores and their softmax temporaries (K and V go to
+    L1), so rows × keys bounds it. Lowering gate, bf16 with softcap and window, 160 KB budget:
+    unified 16 rows × 256 dims × 128 keys 154 KB, 32 × 128 × 64 147 KB (× 128 keys: 183 KB),
+    64 MQA rows × 128 × 64 147 KB; paged decode 16 rows × 128 keys 46-62 KB, 64 rows × 64
+    keys 120 KB (× 128: 173 KB)."""
+    return min(block_size & -block_size, 128 if rows <= 16 else 64)

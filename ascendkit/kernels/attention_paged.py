@@ -124,7 +124,7 @@ def tiling(heads: int, kv_heads: int, head_size: int, block_size: int) -> dict:
     d_pad = triton.next_power_of_2(head_size)
     check_query_tile(h_pad, d_pad)
     return dict(NUM_KV_HEADS=kv_heads, GROUP=group, H_PAD=h_pad, D=head_size, D_PAD=d_pad, BLOCK_SIZE=block_size,
-                TILE_N=tile_n(block_size, h_pad * d_pad))
+                TILE_N=tile_n(block_size, h_pad))
 
 
 def choose_splits(device: torch.device, batch: int, kv_heads: int, capacity: int) -> int:

@@ -25,7 +25,7 @@ from ascendkit.kernels._reduce import fast_max
 from ascendkit.platform import core_counts, grid_size
 
 MIN_KEYS_PER_SPLIT = 128  # shorter splits cost more in workspace traffic and merging than they gain
-MERGE_BLOCK_D = 128  # latent columns per merge step (keeps the merge tiles small at L = 512)
+MERGE_TILE = 4096  # elements of a merge step's [BLOCK_H, BLOCK_D] fp32 tile (merge_block_d)
 LOG2E = 1.4426950408889634
 
 
@@ -129,16 +129,25 @@ def mla_merge_kernel(
             tl.store(out_rows + d0 + dd[None, :], o.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def block_h_for(lora: int) -> int:
-    """Heads per tile: the [BLOCK_H, L] fp32 accumulator and q tiles bound it at large L."""
-    return 16 if lora > 256 else 32
+def block_h_for(lora: int, heads: int) -> int:
+    """Heads per tile: all of them up to a cap (a power of two, at least 16 for tl.dot), so no
+    padded rows when the head count is a power of two. The [BLOCK_H, L] fp32 accumulator bounds
+    the cap (lowering gate, 160 KB of UB, bf16 split-KV: L=512 plans 84 KB at 16 heads × 32 keys
+    and 165 KB at 32 heads × 16 keys; L=128 plans 122 KB at 64 heads × 128 keys)."""
+    return min(16 if lora > 256 else 64, max(16, triton.next_power_of_2(heads)))
 
 
 def block_n_for(lora: int, block_size: int) -> int:
-    """Keys per step, a power of two dividing the block size (a multiple of 16) so a slice never
-    straddles two blocks. Lowering gate: L=512 with 16 heads is ~87 KB at 16 keys (32 keys: ~127 KB,
-    over budget); L=128 with 32 heads is ~74 KB at 64 keys."""
-    return min(16 if lora > 256 else 64, block_size & -block_size)
+    """Keys per step, the largest power of two dividing the block size (a slice never straddles
+    two blocks), at most 32 at L=512 (64 keys overflow L1, 512 KB: the compiler then drops
+    multibuffering) and 128 at L=128 (see block_h_for)."""
+    return min(32 if lora > 256 else 128, block_size & -block_size)
+
+
+def merge_block_d(block_l: int, block_h: int) -> int:
+    """Latent columns per merge step: [BLOCK_H, BLOCK_D] fp32 tiles of MERGE_TILE elements
+    (lowering gate: 2048 elements plan 50 KB of UB, 4096 plan 100 KB)."""
+    return min(block_l, MERGE_TILE // block_h)
 
 
 def plan_splits(work: int, max_seqlen_k: int, block_size: int, cores: int) -> tuple[int, int]:
@@ -157,7 +166,7 @@ def mla_attention(out: torch.Tensor, query: torch.Tensor, kv_cache: torch.Tensor
     if tokens == 0:
         return
     lora, rope, block_size = kv_lora_rank, dim - kv_lora_rank, kv_cache.shape[1]
-    block_h, block_l = block_h_for(lora), triton.next_power_of_2(lora)
+    block_h, block_l = block_h_for(lora, heads), triton.next_power_of_2(lora)
     tiles = tokens * triton.cdiv(heads, block_h)
     splits, keys_per_split = plan_splits(tiles, max_seqlen_k, block_size, core_counts(query.device)["cube"])
     # Token -> sequence on the device (no host sync): the count of sequence ends at or before t.
@@ -181,5 +190,5 @@ def mla_attention(out: torch.Tensor, query: torch.Tensor, kv_cache: torch.Tensor
     if splits > 1:
         mla_merge_kernel[(grid_size(query.device, tiles),)](
             part, lse, out, heads, tiles, splits, out.stride(0), out.stride(1),
-            L=lora, BLOCK_L=block_l, BLOCK_H=block_h, BLOCK_D=min(block_l, MERGE_BLOCK_D),
+            L=lora, BLOCK_L=block_l, BLOCK_H=block_h, BLOCK_D=merge_block_d(block_l, block_h),
         )

@@ -47,7 +47,8 @@ class LLM:
     already loaded `ascendkit.model.LoadedModel`. dtype: torch dtype or name ("float32" on
     CPU). max_model_len: prompt + generated tokens per request (default: the model's
     max_position_embeddings). max_num_seqs: sequences per step; max_num_batched_tokens: tokens
-    per step (longer prompts are prefilled in chunks). block_size: tokens per KV block; the
+    per step (longer prompts are prefilled in chunks). block_size: tokens per KV block (default:
+    the platform's, 128 on NPU and 16 on CPU/CUDA: `platform.default_block_size`); the
     cache holds num_kv_blocks blocks, or as many as fit in kv_cache_memory bytes, or (default)
     90% of free NPU/CUDA memory / 1 GiB on CPU. graph: "auto" runs decode steps through the
     bucketed GraphRunner (captured NPU/CUDA graphs; eager static buffers on CPU), "off" runs
@@ -56,7 +57,7 @@ class LLM:
 
     def __init__(self, model="default", dtype: torch.dtype | str = torch.float32, device: str | None = None,
                  max_model_len: int | None = None, max_num_seqs: int = 32, max_num_batched_tokens: int = 2048,
-                 block_size: int = 16, num_kv_blocks: int | None = None, kv_cache_memory: int | None = None,
+                 block_size: int | None = None, num_kv_blocks: int | None = None, kv_cache_memory: int | None = None,
                  enable_prefix_caching: bool = True, graph: str = "auto", quantization: str | None = None,
                  seed: int = 0) -> None:
         from ascendkit import platform
@@ -66,6 +67,7 @@ class LLM:
             raise ValueError(f"graph: must be 'auto' or 'off', got {graph!r}")
         dtype = resolve_dtype(dtype)
         dev = torch.device(device) if device is not None else platform.default_device()
+        block_size = platform.default_block_size(dev) if block_size is None else block_size
         loaded = model if isinstance(model, LoadedModel) else load_model(model, dtype, dev, quantization)
         require(loaded.model, RuntimeModel, "model")
         require(loaded.config, RuntimeModelConfig, "model")

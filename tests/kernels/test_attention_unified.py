@@ -52,7 +52,7 @@ def test_gqa_and_dtypes(dtype, heads, kv_heads):
     assert (out[int(cu[3]):int(cu[4])] == 0).all()
 
 
-@pytest.mark.parametrize("head_size,block_size", [(64, 64), (80, 16), (128, 128), (256, 64)])
+@pytest.mark.parametrize("head_size,block_size", [(64, 64), (80, 16), (128, 128), (256, 64), (32, 48)])
 def test_head_and_block_sizes(head_size, block_size):
     check([2, 1, 5], [17, 130, 5], 4, 2, head_size, block_size, torch.float16)
 
@@ -79,6 +79,16 @@ def test_mixed_batch_with_long_context():
     # query 1..129 over context 0..1000
     check([1, 129, 17, 1, 64], [1000, 129, 300, 1, 1064], 5, 1, 16, 64)
 
+
+
+def test_query_blocks_found_by_token_index():
+    # Work items are global query blocks (num_tokens // BLOCK_Q + num_seqs of them) whose sequence
+    # the kernel finds by binary search over cu_seqlens_q: a long chunk at an unaligned offset,
+    # many decodes, and empty sequences first, between and last (16-token blocks at group 2).
+    q_lens = [0, 1, 37, 1, 1, 0, 1, 20, 1, 1, 1, 16, 1, 0, 9, 1, 0]
+    kv_lens = [3, 40, 50, 1, 17, 8, 33, 20, 2, 64, 5, 16, 100, 0, 30, 7, 9]
+    out, cu = check(q_lens, kv_lens, 4, 2, 16, 16)
+    assert out.shape[0] == sum(q_lens)
 
 @pytest.mark.parametrize("softcap,window", [(30.0, 0), (0.0, 5), (5.0, 40)])
 def test_softcap_and_sliding_window(softcap, window):

@@ -50,6 +50,14 @@ def test_deepseek_latent_128_heads():  # ~1.5 s in the interpreter: no need to m
     _run([2, 1], [70, 33], heads=128, lora=512, rope=64, block_size=64, dtype=torch.bfloat16)
 
 
+
+@pytest.mark.parametrize("heads", [20, 80])
+def test_head_tiles_with_padding_rows(heads):
+    # block_h_for takes up to 64 heads at L=128: 20 heads pad a 32-row tile, 80 leave a second
+    # tile of 16 heads in 64 rows; padding rows must never be stored (a 128-key block: 128-key steps).
+    assert mla_kernels.block_h_for(128, heads) == (32 if heads == 20 else 64)
+    _run(*CASES["mixed"], heads=heads, lora=128, rope=32, block_size=128, dtype=torch.float16)
+
 def test_block_size_not_a_power_of_two():  # 48: keys are stepped 16 at a time within a block
     _run(*CASES["mixed"], heads=16, lora=128, rope=32, block_size=48, dtype=torch.float32)
 
