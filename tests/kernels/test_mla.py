@@ -5,6 +5,7 @@ import torch
 
 from opchecks import kernel_path, run_both
 from ops.test_mla import cos_diff, independent_mla, make_batch
+from tolerances import assert_close
 
 import ascendkit.kernels.mla as mla_kernels
 
@@ -96,3 +97,14 @@ def test_kernel_cosine_vs_independent_fp32():
     expect = independent_mla(query, cache, table, cu, seqused, 512, 0.1147)
     assert cos_diff(out, expect) < 1e-5 and not out.isnan().any()
     assert (out[9] == 0).all()  # the sequence with no keys
+
+
+def test_kernel_576_wide_fp32_elementwise_vs_independent():
+    """The real MLA width (512 latent + 64 rope) in fp32, element by element within the one
+    table's fp32 tolerance, against the independent fp64 formula (not only cosine distance)."""
+    query, cache, table, cu, seqused = make_batch([3, 1, 5, 1], [19, 33, 5, 0], 16, 512, 64, 16)
+    out = torch.empty(10, 16, 512)
+    with kernel_path("triton"):
+        OPS.mla_attention(out, query, cache, table, cu, seqused, 5, 33, 512, 0.1147)
+    expect = independent_mla(query, cache, table, cu, seqused, 512, 0.1147)
+    assert_close(out, expect.to(torch.float32))

@@ -90,3 +90,29 @@ def test_tiles_fill_the_cube_cores(m, n, cores, k_contiguous, expect):
     block_m, block_n, block_k = tiles_for(m, n, cores, k_contiguous)
     assert (block_m, block_n) == expect
     assert (block_m, block_n, block_k) in tile_shapes(k_contiguous)  # the gate lowers exactly these
+
+
+def _fp32_sequential(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a @ b with an fp32 running sum over k, one rounding per addition (what an fp32
+    accumulator would do in k order)."""
+    acc = torch.zeros(a.shape[0], b.shape[1])
+    for k in range(a.shape[1]):
+        acc += a[:, k:k + 1].float() * b[k].float()
+    return acc
+
+
+def test_scaled_mm_int32_accumulator_exact_past_2_pow_24(triton_path):
+    """|acc| ~ 2048 * 113^2 ~ 2.6e7 > 2^24, where fp32 holds only even integers: products of
+    odd magnitude make every fp32 running sum round, so an fp32 accumulator would be off (the
+    sequential one by a computed amount) while int32 is exact before the one final rounding."""
+    m, k, n = 4, 2048, 24
+    sign = torch.tensor([1, -1, 1, -1], dtype=I8)[:, None]
+    a = torch.randint(100, 128, (m, k), dtype=I8) * sign
+    w = torch.randint(100, 128, (n, k), dtype=I8)
+    exact = a.long() @ w.long().t()
+    assert exact.abs().min() > 2 ** 24
+    fp32_error = (_fp32_sequential(a, w.t()).double() - exact.double()).abs()
+    assert (fp32_error > 0).float().mean() > 0.9  # the premise: fp32 accumulation is not exact here
+    out = torch.empty(m, n)
+    OPS.scaled_mm(out, a, w.t(), torch.ones(1), torch.ones(1), None)
+    assert torch.equal(out, exact.to(torch.float32))  # int32 sum, one int -> fp32 rounding
