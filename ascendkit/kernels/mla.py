@@ -68,7 +68,10 @@ def mla_attention_kernel(
         q_nope = load_kv_tile(q_base, rh, dl, stride_qh, num_heads - h0, L, BLOCK_L)
         q_pe = load_kv_tile(q_base + L, rh, dr, stride_qh, num_heads - h0, R, BLOCK_R)
 
-        acc, m, l = init_state(BLOCK_H, BLOCK_L)
+        acc, _, l = init_state(BLOCK_H, BLOCK_L)
+        # The running max starts finite, not at -inf: a slice emptied by a bad block id before any
+        # visible key keeps it there, and exp2(m - m_new) stays 1 instead of exp2(-inf - -inf) = NaN.
+        m = tl.full([BLOCK_H], -1.0e30, dtype=tl.float32)
         start = split * keys_per_split
         # The last split runs to the sequence's end, so the key range never depends on the host's
         # max_seqlen_k being current (e.g. in a replayed graph).
@@ -86,9 +89,7 @@ def mla_attention_kernel(
             s = dot(q_nope, tl.trans(k_nope), UPCAST_DOT) + dot(q_pe, tl.trans(k_pe), UPCAST_DOT)
             # fp32 compare: integer vector compares are scalar code on A2/A3
             s = tl.where((rn.to(tl.float32) < tl.cast(n_keys, tl.float32))[None, :], s * qk_scale_log2, float("-inf"))
-            # Floored at a finite value: after an emptied slice with no key seen yet the max is -inf,
-            # and exp2(-inf - -inf) would be NaN; with the floor alpha and p are exp2(-inf) = 0.
-            m_new = tl.maximum(tl.maximum(m, fast_max(s, 1)), -1.0e30)
+            m_new = tl.maximum(m, fast_max(s, 1))  # finite: m starts finite
             alpha = tl.exp2(m - m_new)
             p = tl.exp2(s - m_new[:, None])
             l = l * alpha + tl.sum(p, 1)

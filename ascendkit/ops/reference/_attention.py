@@ -54,14 +54,21 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_len: torch.Tenso
     return torch.einsum("bkgqs,bskd->bqkgd", probs, v).reshape(batch, num_q, heads, dim)
 
 
-def block_ids(block_table: torch.Tensor, num_blocks: int, block_size: int,
-              num_k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(ids [B, blocks] to gather, block_ok [B, num_k]): table entries outside [0, num_blocks)
-    (-1 padding, or a bad id) read block 0 and are marked not ok, so they are masked later."""
+def block_ids(block_table: torch.Tensor, num_blocks: int, block_size: int, num_k: int,
+              kv_len: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(ids [B, blocks] to gather, block_ok [B, num_k] or None). Table entries outside
+    [0, num_blocks) (-1 padding, or a bad id) are clamped into range, so they read some block;
+    block_ok marks the keys whose id was in range, to mask the others. None when every block a
+    sequence reads (below its kv_len) is in range, the usual case: nothing more to mask. A clamp
+    and one compare: int compares and repeat_interleave cost 5-25 us each at decode sizes."""
     blocks = -(-num_k // block_size)
     ids = block_table[:, :blocks]
-    ok = (ids >= 0) & (ids < num_blocks)
-    return ids.where(ok, 0), ok.repeat_interleave(block_size, 1)[:, :num_k]
+    safe = ids.clamp(0, num_blocks - 1)
+    bad = safe != ids
+    read = torch.arange(blocks, device=ids.device)[None, :] * block_size < kv_len[:, None]
+    if not bool((bad & read).any()):
+        return safe, None
+    return safe, (~bad).repeat_interleave(block_size, 1)[:, :num_k]
 
 
 def gather_paged(cache: torch.Tensor, ids: torch.Tensor, num_k: int) -> torch.Tensor:
@@ -79,13 +86,13 @@ def decode(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, valu
     run_groups (~1 ms of small ops per call, paid by every layer of every decode step)."""
     shortest, longest = (int(n) for n in torch.aminmax(kv_len))
     num_k = max(longest, 1)
-    ids, block_ok = block_ids(block_table, key_cache.shape[0], key_cache.shape[1], num_k)
+    ids, block_ok = block_ids(block_table, key_cache.shape[0], key_cache.shape[1], num_k, kv_len)
     k, v = gather_paged(key_cache, ids, num_k), gather_paged(value_cache, ids, num_k)
     if softcap > 0:
         out.copy_(attend(query[:, None], k, v, torch.ones_like(kv_len), kv_len, scale, softcap, window, True,
                          block_ok)[:, 0])
         return
-    if shortest == num_k and not 0 < window < num_k and bool(block_ok.all()):
+    if shortest == num_k and not 0 < window < num_k and block_ok is None:
         # Every gathered row is a real key that every query sees (batch 1, or equal lengths): no
         # stale rows to zero and nothing to mask; adding an all-zero mask would change no bit.
         o = F.scaled_dot_product_attention(query.float()[:, :, None], k.transpose(1, 2), v.transpose(1, 2),
@@ -94,7 +101,9 @@ def decode(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, valu
         return
     # The query sits at position kv_len - 1: causality is implied by j < kv_len (same mask as attend).
     key_pos = torch.arange(num_k, device=query.device)
-    beyond = (key_pos >= kv_len[:, None]) | ~block_ok  # [B, S]
+    beyond = key_pos >= kv_len[:, None]  # [B, S]
+    if block_ok is not None:
+        beyond |= ~block_ok
     k = k.float().masked_fill_(beyond[..., None, None], 0.0)  # unused slots may hold NaN (see attend)
     v = v.float().masked_fill_(beyond[..., None, None], 0.0)
     visible = ~beyond

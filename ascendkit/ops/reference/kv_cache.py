@@ -18,15 +18,14 @@ def reshape_and_cache_flash(key: torch.Tensor, value: torch.Tensor, key_cache: t
     # kv_cache_dtype "auto" (the only one accepted): stored as is, the scales are unused.
     tokens = slot_mapping.shape[0]
     num_blocks, block_size = key_cache.shape[:2]
-    if tokens and key_cache.is_contiguous() and value_cache.is_contiguous():
-        low, high = (int(v) for v in torch.aminmax(slot_mapping))
-        if low >= 0 and high < num_blocks * block_size:
-            # Every slot valid (every decode step of a real batch): one index_copy_ per cache into its
-            # [slots, KVH, D] view instead of nonzero + index_select + two-index put (~2x less time).
-            slots = slot_mapping.long()
-            key_cache.view(-1, *key_cache.shape[2:]).index_copy_(0, slots, key[:tokens])
-            value_cache.view(-1, *value_cache.shape[2:]).index_copy_(0, slots, value[:tokens])
-            return
+    if (tokens and key_cache.is_contiguous() and value_cache.is_contiguous() and int(slot_mapping.min()) >= 0
+            and int(slot_mapping.max()) < num_blocks * block_size):
+        # Every slot valid (every decode step of a real batch): one index_copy_ per cache into its
+        # [slots, KVH, D] view instead of nonzero + index_select + two-index put (~2x less time).
+        slots = slot_mapping.long()
+        key_cache.view(-1, *key_cache.shape[2:]).index_copy_(0, slots, key[:tokens])
+        value_cache.view(-1, *value_cache.shape[2:]).index_copy_(0, slots, value[:tokens])
+        return
     valid, block, offset = _block_and_offset(slot_mapping, num_blocks, block_size)
     key_cache[block, offset] = key.index_select(0, valid)
     value_cache[block, offset] = value.index_select(0, valid)

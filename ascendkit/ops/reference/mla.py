@@ -16,11 +16,12 @@ def _gather_kv(kv_cache: torch.Tensor, block_table: torch.Tensor, kv_len: torch.
     kv_len or in a block whose id is outside [0, num_blocks) are 0 and not ok."""
     num_blocks, block_size = kv_cache.shape[:2]
     blocks = min(-(-max_k // block_size), block_table.shape[1])
-    # Padding entries of the block table are -1, and a bad id may be anything: read block 0 instead
-    # and zero the rows below.
+    # Padding entries of the block table are -1, and a bad id may be anything: clamp them into range
+    # and zero their rows below.
     ids = block_table[:, :blocks].long()
-    block_ok = (ids >= 0) & (ids < num_blocks)
-    kv = kv_cache[ids.where(block_ok, 0)].reshape(ids.shape[0], blocks * block_size, -1)[:, :max_k].float()
+    safe = ids.clamp(0, num_blocks - 1)
+    block_ok = safe == ids
+    kv = kv_cache[safe].reshape(ids.shape[0], blocks * block_size, -1)[:, :max_k].float()
     key_ok = block_ok.repeat_interleave(block_size, 1)[:, :max_k]
     key_ok &= torch.arange(max_k, device=kv.device)[None, :] < kv_len[:, None]
     return kv.masked_fill(~key_ok[..., None], 0.0), key_ok  # unused slots may hold NaN

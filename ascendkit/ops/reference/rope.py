@@ -33,8 +33,7 @@ def rotary_embedding(positions: torch.Tensor, query: torch.Tensor, key: torch.Te
                      cos_sin_cache: torch.Tensor, is_neox: bool) -> None:
     tokens = None
     if positions.numel():
-        low, high = (int(v) for v in torch.aminmax(positions))
-        if low < 0 or high >= cos_sin_cache.shape[0]:  # rotate only the tokens at valid positions
+        if int(positions.min()) < 0 or int(positions.max()) >= cos_sin_cache.shape[0]:  # rotate only the tokens at valid positions
             tokens = ((positions >= 0) & (positions < cos_sin_cache.shape[0])).nonzero().squeeze(1)
             positions = positions.index_select(0, tokens)
     rows = cos_sin_cache.index_select(0, positions).float()[:, None, :]  # [T, 1, rot_dim]
