@@ -31,13 +31,12 @@ def _rotate_tokens(x: torch.Tensor, tokens: torch.Tensor | None, cos: torch.Tens
 
 def rotary_embedding(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | None, head_size: int,
                      cos_sin_cache: torch.Tensor, is_neox: bool) -> None:
-    tokens = None
-    if positions.numel():
-        if int(positions.min()) < 0 or int(positions.max()) >= cos_sin_cache.shape[0]:  # rotate only the tokens at valid positions
-            tokens = ((positions >= 0) & (positions < cos_sin_cache.shape[0])).nonzero().squeeze(1)
-            positions = positions.index_select(0, tokens)
-    rows = cos_sin_cache.index_select(0, positions).float()[:, None, :]  # [T, 1, rot_dim]
-    cos, sin = rows.chunk(2, dim=-1)
+    tokens = None  # every token; else the tokens at valid positions, the only ones rotated
+    rows = cos_sin_cache.shape[0]
+    if positions.numel() and (int(positions.min()) < 0 or int(positions.max()) >= rows):
+        tokens = ((positions >= 0) & (positions < rows)).nonzero().squeeze(1)
+        positions = positions.index_select(0, tokens)
+    cos, sin = cos_sin_cache.index_select(0, positions).float()[:, None, :].chunk(2, dim=-1)  # [T, 1, rot_dim / 2]
     _rotate_tokens(query, tokens, cos, sin, head_size, is_neox)
     if key is not None:
         _rotate_tokens(key, tokens, cos, sin, head_size, is_neox)
