@@ -8,8 +8,9 @@ Conventions every helper follows:
   l [M] fp32, running softmax denominator) — `init_state` / `finish` create and close it;
 - K/V are read as whole contiguous [TILE_N, D_PAD] tiles from a scalar row base (a scalar block id
   for the paged cache), never gathered row by row, so they lower to block copies on Ascend;
-- visibility of key j to a query at absolute position p: j < hi (the KV range end), causal
-  j <= p, sliding window w > 0: p - w < j (HF / vLLM convention).
+- visibility of key j to a query at absolute position p: j < hi (the KV range end), its block id
+  in [0, num_blocks) (paged: an id outside, -1 included, hides its keys and is never read),
+  causal j <= p, sliding window w > 0: p - w < j (HF / vLLM convention).
 """
 import os
 
@@ -113,7 +114,7 @@ def load_kv_tile(base, offs_n, offs_d, stride_tok, n_valid, D: tl.constexpr, D_P
 @triton.jit
 def attend_kv_range(
     q, acc, m_i, l_i, q_pos, row_ok,
-    k_base, v_base, table_row, lo, hi,
+    k_base, v_base, table_row, num_blocks, lo, hi,
     stride_blk, stride_tok, scale, softcap, window,
     PAGED: tl.constexpr, BLOCK_SIZE: tl.constexpr, TILE_N: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
     CAUSAL: tl.constexpr, USE_SOFTCAP: tl.constexpr, USE_WINDOW: tl.constexpr, UPCAST_DOT: tl.constexpr,
@@ -123,8 +124,10 @@ def attend_kv_range(
 
     PAGED: k_base/v_base point at the cache's KV head (cache + head·stride_head), table_row at the
     sequence's block-table row; TILE_N divides BLOCK_SIZE so a tile never straddles two blocks and
-    its rows are contiguous in one block (row base = block id · stride_blk). Dense: k_base/v_base
-    point at the sequence's first key of the head; row base = position · stride_tok.
+    its rows are contiguous in one block (row base = block id · stride_blk). A block id outside
+    [0, num_blocks) ends the tile's range at its start: its keys read as 0 and are not visible.
+    Dense: k_base/v_base point at the sequence's first key of the head; row base = position ·
+    stride_tok (num_blocks unused).
     """
     offs_n = tl.arange(0, TILE_N)
     offs_d = tl.arange(0, D_PAD)
@@ -132,17 +135,20 @@ def attend_kv_range(
     # scalar code on A2/A3, float ones run on the vector unit.
     offs_n_f = offs_n.to(tl.float32)
     q_pos_f = q_pos.to(tl.float32)[:, None]
-    hi_f = tl.cast(hi, tl.float32)
     for pos0 in range((lo // TILE_N) * TILE_N, hi, TILE_N):
+        tile_hi = hi
         if PAGED:
             block = tl.load(table_row + pos0 // BLOCK_SIZE)
-            row = tl.cast(block, tl.int64) * stride_blk + (pos0 % BLOCK_SIZE) * stride_tok
+            # A bad block id (scalar compares) empties the tile instead of reading outside the cache.
+            block_ok = (block >= 0) & (block < num_blocks)
+            tile_hi = tl.where(block_ok, hi, pos0)
+            row = tl.cast(tl.where(block_ok, block, 0), tl.int64) * stride_blk + (pos0 % BLOCK_SIZE) * stride_tok
         else:
             row = tl.cast(pos0, tl.int64) * stride_tok
-        k = load_kv_tile(k_base + row, offs_n, offs_d, stride_tok, hi - pos0, D, D_PAD)
-        v = load_kv_tile(v_base + row, offs_n, offs_d, stride_tok, hi - pos0, D, D_PAD)
+        k = load_kv_tile(k_base + row, offs_n, offs_d, stride_tok, tile_hi - pos0, D, D_PAD)
+        v = load_kv_tile(v_base + row, offs_n, offs_d, stride_tok, tile_hi - pos0, D, D_PAD)
         key_pos = (tl.cast(pos0, tl.float32) + offs_n_f)[None, :]
-        visible = row_ok[:, None] & (key_pos < hi_f)
+        visible = row_ok[:, None] & (key_pos < tl.cast(tile_hi, tl.float32))
         if CAUSAL:
             visible = visible & (key_pos <= q_pos_f)
         if USE_WINDOW:

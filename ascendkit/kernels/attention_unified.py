@@ -53,11 +53,11 @@ def _sequence_of_block(cu_q_ptr, num_seqs, g, BLOCK_Q: tl.constexpr):
     return lo
 
 
-@triton.jit(do_not_specialize=["num_seqs", "num_q_blocks", "max_blocks", "stride_qt", "stride_qh", "stride_ot",
-                               "stride_oh", "stride_blk", "stride_tok", "stride_kh", "stride_table", "window"])
+@triton.jit(do_not_specialize=["num_seqs", "num_q_blocks", "max_blocks", "num_blocks", "stride_qt", "stride_qh",
+                               "stride_ot", "stride_oh", "stride_blk", "stride_tok", "stride_kh", "stride_table", "window"])
 def flash_attention_kernel(
     q_ptr, k_ptr, v_ptr, out_ptr, table_ptr, cu_q_ptr, kv_ptr,
-    num_seqs, num_q_blocks, max_blocks,
+    num_seqs, num_q_blocks, max_blocks, num_blocks,
     stride_qt, stride_qh, stride_ot, stride_oh, stride_blk, stride_tok, stride_kh, stride_table,
     scale, softcap, window,
     NUM_KV_HEADS: tl.constexpr, GROUP: tl.constexpr, G_PAD: tl.constexpr, BLOCK_Q: tl.constexpr,
@@ -111,7 +111,7 @@ def flash_attention_kernel(
 
             acc, m_i, l_i = init_state(BLOCK_M, D_PAD)
             acc, m_i, l_i = attend_kv_range(
-                q, acc, m_i, l_i, q_pos, row_ok, k_base, v_base, table_row, lo, hi,
+                q, acc, m_i, l_i, q_pos, row_ok, k_base, v_base, table_row, num_blocks, lo, hi,
                 stride_blk, stride_tok, scale, softcap, window,
                 PAGED, BLOCK_SIZE, TILE_N, D, D_PAD, CAUSAL, USE_SOFTCAP, USE_WINDOW, UPCAST_DOT,
             )
@@ -142,17 +142,17 @@ def launch(out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: tor
     if query.shape[0] == 0 or num_seqs <= 0 or max_seqlen_q == 0:
         return
     if paged:
-        block_size, max_blocks = key.shape[1], table.shape[1]
+        block_size, max_blocks, num_blocks = key.shape[1], table.shape[1], key.shape[0]
         stride_blk, stride_tok, stride_kh, stride_table = key.stride(0), key.stride(1), key.stride(2), table.stride(0)
     else:
-        block_size, max_blocks = DENSE_BLOCK, 0  # dense: tiles are position-aligned, no blocks
+        block_size, max_blocks, num_blocks = DENSE_BLOCK, 0, 0  # dense: tiles are position-aligned, no blocks
         stride_blk, stride_tok, stride_kh, stride_table = 0, key.stride(0), key.stride(1), 0
     params = tiling(query.shape[1], key.shape[-2], query.shape[2], block_size, max_seqlen_q)
     num_q_blocks = query.shape[0] // params["BLOCK_Q"] + num_seqs  # a bound on the blocks (module docstring)
     work = num_q_blocks * params["NUM_KV_HEADS"]
     flash_attention_kernel[(grid_size(query.device, work, uses_dot=True),)](
         query, key, value, out, table, cu_seqlens_q, kv_lens,
-        num_seqs, num_q_blocks, max_blocks,
+        num_seqs, num_q_blocks, max_blocks, num_blocks,
         query.stride(0), query.stride(1), out.stride(0), out.stride(1), stride_blk, stride_tok, stride_kh, stride_table,
         scale, softcap, sliding_window,
         PAGED=paged, CAUSAL=causal, USE_SOFTCAP=softcap > 0, USE_WINDOW=sliding_window > 0,

@@ -5,8 +5,9 @@ gate of the attention kernels: tests/lowering/; opcheck / torch.compile on both 
 import pytest
 import torch
 
+from guarded import guarded, guards_intact, inner
 from opchecks import kernel_path
-from ops._attention import make_paged_batch, paged_formula
+from ops._attention import corrupt_table, make_paged_batch, paged_formula
 from tolerances import assert_close
 
 OPS = torch.ops.ascend
@@ -112,3 +113,23 @@ def test_oversized_query_tile_is_refused_on_the_kernel_path(triton_path):
     with pytest.raises(ValueError, match=r"^query\b"):
         OPS.paged_attention(out[:2], query[:2], kc, vc, table, seqused, 0.0625, 0.0, 0)
     assert (out == 7.0).all()
+
+
+@pytest.mark.parametrize("softcap,window", [(0.0, 0), (5.0, 12)])
+def test_bad_block_ids_hide_their_keys(softcap, window):
+    # Chunked prefill, decode and prefill-from-scratch sequences whose tables hold bad ids of each
+    # kind inside their lengths; the caches sit between NaN guard blocks, so a bad id read as a
+    # block would bring NaN into the output. The last sequence has no valid block: its rows are 0.
+    q_lens, kv_lens = [3, 1, 7, 2, 5], [19, 33, 7, 40, 20]
+    query, kc, vc, table, cu, seqused = make_paged_batch(q_lens, kv_lens, 4, 2, 32, 16)
+    table = corrupt_table(table, kv_lens, 16, kc.shape[0])
+    kbuf, vbuf = guarded(kc), guarded(vc)
+    formula = paged_formula(query, kc, vc, table, q_lens, kv_lens, 0.25, softcap, window)
+    for path in ("reference", "triton"):
+        out = torch.full_like(query, float("nan"))
+        with kernel_path(path):
+            OPS.unified_attention(out, query, inner(kbuf), inner(vbuf), table, cu, seqused, 7, 40, 0.25, softcap,
+                                  window)
+        assert guards_intact(kbuf) and guards_intact(vbuf), path
+        assert not out.isnan().any() and (out[int(cu[-2]):] == 0).all(), path
+        torch.testing.assert_close(out.double(), formula, rtol=1e-5, atol=1e-5)

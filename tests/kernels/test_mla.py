@@ -3,7 +3,9 @@ plus the FlashMLA-style cosine check against an independent fp64 formula."""
 import pytest
 import torch
 
+from guarded import guarded, guards_intact, inner
 from opchecks import kernel_path, run_both
+from ops._attention import corrupt_table
 from ops.test_mla import cos_diff, independent_mla, make_batch
 from tolerances import assert_close
 
@@ -108,3 +110,21 @@ def test_kernel_576_wide_fp32_elementwise_vs_independent():
         OPS.mla_attention(out, query, cache, table, cu, seqused, 5, 33, 512, 0.1147)
     expect = independent_mla(query, cache, table, cu, seqused, 512, 0.1147)
     assert_close(out, expect.to(torch.float32))
+
+
+@pytest.mark.parametrize("q_lens,kv_lens", [CASES["mixed"], CASES["long"]])  # unsplit and split-KV
+def test_bad_block_ids_hide_their_keys(q_lens, kv_lens):
+    # Bad ids of each kind inside the sequences' lengths, the latent cache between NaN guard
+    # blocks; the last sequence with keys has no valid block, so its rows are 0.
+    query, cache, table, cu, seqused = make_batch(q_lens, kv_lens, 16, 128, 32, 16)
+    table = corrupt_table(table, kv_lens, 16, cache.shape[0])
+    buf = guarded(cache)
+    expect = independent_mla(query, cache, table, cu, seqused, 128, 0.1)
+    last = max(b for b, k in enumerate(kv_lens) if k)
+    for path in ("reference", "triton"):
+        out = torch.full((query.shape[0], 16, 128), float("nan"))
+        with kernel_path(path):
+            OPS.mla_attention(out, query, inner(buf), table, cu, seqused, max(q_lens), max(kv_lens), 128, 0.1)
+        assert guards_intact(buf), path
+        assert not out.isnan().any() and (out[int(cu[last]):int(cu[last + 1])] == 0).all(), path
+        torch.testing.assert_close(out.double(), expect, rtol=1e-5, atol=1e-5)
