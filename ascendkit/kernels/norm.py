@@ -36,7 +36,7 @@ def _mask(r, cols, rows_left, n_cols, ROW_MASK: tl.constexpr, COL_MASK: tl.const
 
 
 @triton.jit
-def _load_rows(x_ptrs, res_ptrs, mask, MASKED: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
+def load_rows(x_ptrs, res_ptrs, mask, MASKED: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
     """x (plus residual, the sum written back to residual) in fp32."""
     x = load_tile(x_ptrs, mask, MASKED)
     if HAS_RESIDUAL:
@@ -49,15 +49,20 @@ def _load_rows(x_ptrs, res_ptrs, mask, MASKED: tl.constexpr, HAS_RESIDUAL: tl.co
 
 
 @triton.jit
+def normalize(x, rstd, w):
+    """x fp32 normalised in fp32, rounded to the model dtype (w's), then times the weight (as HF's
+    RMSNorm does); fp32, not yet rounded to the output dtype."""
+    return (x * rstd).to(w.dtype).to(tl.float32) * w.to(tl.float32)
+
+
+@triton.jit
 def _scale_store(out_ptrs, w, x, rstd, mask, MASKED: tl.constexpr):
-    # Normalise in fp32, round to the model dtype, then apply the weight (as HF's RMSNorm does).
-    y = (x * rstd).to(w.dtype).to(tl.float32) * w.to(tl.float32)
-    store_tile(out_ptrs, y.to(out_ptrs.dtype.element_ty), mask, MASKED)
+    store_tile(out_ptrs, normalize(x, rstd, w).to(out_ptrs.dtype.element_ty), mask, MASKED)
 
 
 @triton.jit
 def _chunk_sq(x_row, res_row, cols, start, r, N: tl.constexpr, MASKED: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
-    x = _load_rows(x_row + start + cols[None, :], res_row + start + cols[None, :],
+    x = load_rows(x_row + start + cols[None, :], res_row + start + cols[None, :],
                    _mask(r, cols, 1, N - start, False, True), MASKED, HAS_RESIDUAL)
     return x * x
 
@@ -87,7 +92,7 @@ def rms_norm_kernel(
         out_rows = out_ptr + row0 * out_stride + r[:, None] * out_stride
         if N <= BLOCK:
             mask = _mask(r, cols, n_rows - group * ROWS, N, ROWS > 1, N < BLOCK)
-            x = _load_rows(x_rows + cols[None, :], res_rows + cols[None, :], mask, ROWS > 1 or N < BLOCK, HAS_RESIDUAL)
+            x = load_rows(x_rows + cols[None, :], res_rows + cols[None, :], mask, ROWS > 1 or N < BLOCK, HAS_RESIDUAL)
             rstd = tl.rsqrt(tl.sum(x * x, 1) / N + eps)[:, None]
             _scale_store(out_rows + cols[None, :], w, x, rstd, mask, ROWS > 1 or N < BLOCK)
         else:  # ROWS == 1 (max_rows_for); chunks are masked only when BLOCK does not divide N

@@ -25,7 +25,7 @@ CHUNK = 1024
 
 
 @triton.jit
-def _range(x, mask, ASYM: tl.constexpr, MASKED: tl.constexpr):
+def value_range(x, mask, ASYM: tl.constexpr, MASKED: tl.constexpr):
     """(max, min) of the valid x for ASYM, else (max|x|, 0) (masked-off x are 0)."""
     if ASYM and MASKED:
         return fast_max(tl.where(mask, x, float("-inf")), 0), fast_min(tl.where(mask, x, float("inf")), 0)
@@ -41,7 +41,7 @@ def _load(x_row, cols, n, MASKED: tl.constexpr):
 
 
 @triton.jit
-def _dynamic_params(hi, lo, scale_out, azp_out, ASYM: tl.constexpr):
+def dynamic_params(hi, lo, scale_out, azp_out, ASYM: tl.constexpr):
     """Store this row's scale (and zero point); return (divisor, zero point) for quantize_int8."""
     scale = (hi - lo) / 255.0 if ASYM else hi / 127.0
     # A zero (or constant) row has scale 0: divide by 1 so it quantizes to the zero point.
@@ -74,19 +74,19 @@ def int8_quant_kernel(
         if N <= BLOCK:  # the row stays on chip: one read
             x, mask = _load(x_row, cols, N, N < BLOCK)
             if DYNAMIC:
-                hi, lo = _range(x, mask, HAS_AZP, N < BLOCK)
-                divisor, zero_point = _dynamic_params(hi, lo, scale_ptr + row, azp_ptr + row, HAS_AZP)
+                hi, lo = value_range(x, mask, HAS_AZP, N < BLOCK)
+                divisor, zero_point = dynamic_params(hi, lo, scale_ptr + row, azp_ptr + row, HAS_AZP)
             store_tile(out_row + cols, quantize_int8(x, divisor, zero_point), mask, N < BLOCK)
         else:
             if DYNAMIC:
                 x, mask = _load(x_row, cols, N, False)  # the first chunk is always full
-                hi, lo = _range(x, mask, HAS_AZP, False)
+                hi, lo = value_range(x, mask, HAS_AZP, False)
                 for start in range(BLOCK, N, BLOCK):
                     x, mask = _load(x_row + start, cols, N - start, N % BLOCK != 0)
-                    chunk_hi, chunk_lo = _range(x, mask, HAS_AZP, N % BLOCK != 0)
+                    chunk_hi, chunk_lo = value_range(x, mask, HAS_AZP, N % BLOCK != 0)
                     hi = tl.maximum(hi, chunk_hi)
                     lo = tl.minimum(lo, chunk_lo)
-                divisor, zero_point = _dynamic_params(hi, lo, scale_ptr + row, azp_ptr + row, HAS_AZP)
+                divisor, zero_point = dynamic_params(hi, lo, scale_ptr + row, azp_ptr + row, HAS_AZP)
             for start in range(0, N, BLOCK):
                 x, mask = _load(x_row + start, cols, N - start, N % BLOCK != 0)
                 store_tile(out_row + start + cols, quantize_int8(x, divisor, zero_point), mask, N % BLOCK != 0)
