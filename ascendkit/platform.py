@@ -58,6 +58,19 @@ def grid_size(device: torch.device, work_items: int, *, uses_dot: bool = False) 
     return max(1, min(cores, int(work_items)))
 
 
+# Tokens per KV-cache block when the caller names none. On NPU 128: vllm-ascend's attention requires
+# it, and the attention kernels read a block as whole 64-128-key tiles (fewer cube<->vector
+# hand-offs per key, see docs/ascend-kernel-rules.md). CPU and CUDA keep 16: less cache lost to
+# partly filled blocks, and the CPU path's speed does not depend on it.
+DEFAULT_BLOCK_SIZES = {"npu": 128, "privateuseone": 128, "cuda": 16, "cpu": 16}
+
+
+def default_block_size(device: torch.device | str | None = None) -> int:
+    """The KV-cache block size for `device` (default: this process's device) when none is given."""
+    device = torch.device(device) if device is not None else default_device()
+    return DEFAULT_BLOCK_SIZES.get(device.type, 16)
+
+
 def report() -> list[tuple[str, str]]:
     """Device and version rows for `ascendkit info`."""
     import importlib.metadata as md

@@ -96,6 +96,7 @@ def run(model: str, num_prompts: int, input_len: int, output_len: int, dtype: st
     params = sum(p.numel() for p in llm.model.parameters())
     prompts = synthetic_prompts(num_prompts, input_len, llm.model_config.vocab_size)
     ours = run_ours(llm, prompts, output_len)
+    num_preemptions = llm.last_stats.num_preemptions  # of the measured generate() call
     del llm  # free its KV cache before a peer loads its own copy of the model
     results = [ours]
     skipped = {}
@@ -110,7 +111,8 @@ def run(model: str, num_prompts: int, input_len: int, output_len: int, dtype: st
             results.append(run_llamacpp(path, prompts, output_len))
     payload = {
         "benchmark": "e2e", "model": str(path), "dtype": dtype, "num_prompts": num_prompts, "input_len": input_len,
-        "output_len": output_len, "rows": [summarise(r, ours) for r in results], "skipped": skipped,
+        "output_len": output_len, "num_preemptions": num_preemptions,
+        "rows": [summarise(r, ours) for r in results], "skipped": skipped,
         "roof": compute_roof(params, ours),
     }
     return write_json(out_dir / "e2e.json", payload)
@@ -125,7 +127,7 @@ def table(record: dict) -> str:
     roof = record["roof"]
     lines = [
         f"e2e: {record['model']} ({record['dtype']}), {record['num_prompts']} prompts x {record['input_len']} "
-        f"in / {record['output_len']} out, greedy, EOS ignored",
+        f"in / {record['output_len']} out, greedy, EOS ignored; {record['num_preemptions']} preemptions (ascendkit)",
         format_table(headers, body),
         f"compute roof: {roof['gemm_gflops']:,.1f} GFLOP/s GEMM ({roof['peak_source']}) / (2 x {roof['params'] / 1e6:,.1f} M params)"
         f" = {roof['roof_tok_s']:,.0f} tokens/s; ours {roof['ours_total_tok_s_frac_of_roof']:.1%} of it (total tokens)",

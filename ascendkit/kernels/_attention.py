@@ -8,8 +8,9 @@ Conventions every helper follows:
   l [M] fp32, running softmax denominator) — `init_state` / `finish` create and close it;
 - K/V are read as whole contiguous [TILE_N, D_PAD] tiles from a scalar row base (a scalar block id
   for the paged cache), never gathered row by row, so they lower to block copies on Ascend;
-- visibility of key j to a query at absolute position p: j < hi (the KV range end), causal
-  j <= p, sliding window w > 0: p - w < j (HF / vLLM convention).
+- visibility of key j to a query at absolute position p: j < hi (the KV range end), its block id
+  in [0, num_blocks) (paged: an id outside, -1 included, hides its keys and is never read),
+  causal j <= p, sliding window w > 0: p - w < j (HF / vLLM convention).
 """
 import os
 
@@ -80,7 +81,7 @@ def attend_tile(q, k, v, acc, m_i, l_i, visible, scale, softcap, USE_SOFTCAP: tl
 @triton.jit
 def work_coords(work, n_inner, NUM_KV_HEADS: tl.constexpr):
     """(sequence, KV head, inner index) of flat work item `work`, laid out [sequence][KV head][inner]
-    (inner: a KV split of paged decode, a query block of unified attention)."""
+    (inner: a KV split of paged decode)."""
     return work // (n_inner * NUM_KV_HEADS), (work // n_inner) % NUM_KV_HEADS, work % n_inner
 
 
@@ -113,7 +114,7 @@ def load_kv_tile(base, offs_n, offs_d, stride_tok, n_valid, D: tl.constexpr, D_P
 @triton.jit
 def attend_kv_range(
     q, acc, m_i, l_i, q_pos, row_ok,
-    k_base, v_base, table_row, lo, hi,
+    k_base, v_base, table_row, num_blocks, lo, hi,
     stride_blk, stride_tok, scale, softcap, window,
     PAGED: tl.constexpr, BLOCK_SIZE: tl.constexpr, TILE_N: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
     CAUSAL: tl.constexpr, USE_SOFTCAP: tl.constexpr, USE_WINDOW: tl.constexpr, UPCAST_DOT: tl.constexpr,
@@ -123,8 +124,10 @@ def attend_kv_range(
 
     PAGED: k_base/v_base point at the cache's KV head (cache + head·stride_head), table_row at the
     sequence's block-table row; TILE_N divides BLOCK_SIZE so a tile never straddles two blocks and
-    its rows are contiguous in one block (row base = block id · stride_blk). Dense: k_base/v_base
-    point at the sequence's first key of the head; row base = position · stride_tok.
+    its rows are contiguous in one block (row base = block id · stride_blk). A block id outside
+    [0, num_blocks) ends the tile's range at its start: its keys read as 0 and are not visible.
+    Dense: k_base/v_base point at the sequence's first key of the head; row base = position ·
+    stride_tok (num_blocks unused).
     """
     offs_n = tl.arange(0, TILE_N)
     offs_d = tl.arange(0, D_PAD)
@@ -132,17 +135,20 @@ def attend_kv_range(
     # scalar code on A2/A3, float ones run on the vector unit.
     offs_n_f = offs_n.to(tl.float32)
     q_pos_f = q_pos.to(tl.float32)[:, None]
-    hi_f = tl.cast(hi, tl.float32)
     for pos0 in range((lo // TILE_N) * TILE_N, hi, TILE_N):
+        tile_hi = hi
         if PAGED:
             block = tl.load(table_row + pos0 // BLOCK_SIZE)
-            row = tl.cast(block, tl.int64) * stride_blk + (pos0 % BLOCK_SIZE) * stride_tok
+            # A bad block id (scalar compares) empties the tile instead of reading outside the cache.
+            block_ok = (block >= 0) & (block < num_blocks)
+            tile_hi = tl.where(block_ok, hi, pos0)
+            row = tl.cast(tl.where(block_ok, block, 0), tl.int64) * stride_blk + (pos0 % BLOCK_SIZE) * stride_tok
         else:
             row = tl.cast(pos0, tl.int64) * stride_tok
-        k = load_kv_tile(k_base + row, offs_n, offs_d, stride_tok, hi - pos0, D, D_PAD)
-        v = load_kv_tile(v_base + row, offs_n, offs_d, stride_tok, hi - pos0, D, D_PAD)
+        k = load_kv_tile(k_base + row, offs_n, offs_d, stride_tok, tile_hi - pos0, D, D_PAD)
+        v = load_kv_tile(v_base + row, offs_n, offs_d, stride_tok, tile_hi - pos0, D, D_PAD)
         key_pos = (tl.cast(pos0, tl.float32) + offs_n_f)[None, :]
-        visible = row_ok[:, None] & (key_pos < hi_f)
+        visible = row_ok[:, None] & (key_pos < tl.cast(tile_hi, tl.float32))
         if CAUSAL:
             visible = visible & (key_pos <= q_pos_f)
         if USE_WINDOW:
@@ -153,17 +159,22 @@ def attend_kv_range(
 
 def check_query_tile(rows: int, head_pad: int) -> None:
     """The query rows of one work item (a whole GQA group at least) with their fp32 accumulator
-    must fit on chip: up to 64 rows of <= 128 dims or 16 rows of 256 (lowering gate: 32 × 256 came
-    to ~105 KB with 32-key tiles). Larger groups would need a group split; no served model needs it."""
+    must fit on chip: up to 64 rows of <= 128 dims or 16 rows of 256 (lowering gate, 160 KB of
+    UB, bf16 with softcap and window: 64 MQA rows × 128 dims plan 147 KB with 64-key tiles, 128
+    rows overflow the 192 KB; 32 rows × 256 dims plan 189-191 KB). Larger groups would need a
+    group split; no served model needs it."""
     limit = 64 * 128 if head_pad <= 128 else 16 * 256
     if rows * head_pad > limit:
         raise ValueError(f"query: a tile of {rows} query rows (the GQA group, padded) × head size {head_pad} exceeds "
                          f"the attention kernels' on-chip limit of {limit} elements; use the reference path")
 
 
-def tile_n(block_size: int, query_tile: int) -> int:
-    """Keys per KV tile for a query tile of `query_tile` = rows × padded head elements: divides the
-    block size, 64 keys up to a 16 × 128 (or 32 × 64) query tile, else 32, so Q, K, V, scores and
-    acc stay within the on-chip budget (lowering gate: 32 rows × 128 dims × 64 keys came to
-    ~104 KB, over 96 KB; a 128-key tile is never read whole, it is two or four sub-tiles)."""
-    return min(block_size, 64 if query_tile <= 16 * 128 else 32)
+def tile_n(block_size: int, rows: int) -> int:
+    """Keys per KV tile for a query tile of `rows` rows: the largest power of two dividing the
+    block size (a tile never straddles two blocks), at most 128 keys for 16 rows and 64 for 32-64
+    rows. UB holds the [rows, TILE_N] fp32 scores and their softmax temporaries (K and V go to
+    L1), so rows × keys bounds it. Lowering gate, bf16 with softcap and window, 160 KB budget:
+    unified 16 rows × 256 dims × 128 keys 154 KB, 32 × 128 × 64 147 KB (× 128 keys: 183 KB),
+    64 MQA rows × 128 × 64 147 KB; paged decode 16 rows × 128 keys 46-62 KB, 64 rows × 64
+    keys 120 KB (× 128: 173 KB)."""
+    return min(block_size & -block_size, 128 if rows <= 16 else 64)

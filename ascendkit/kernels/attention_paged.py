@@ -27,12 +27,12 @@ MAX_SPLITS = 16
 MIN_SPLIT_TOKENS = 256  # shorter slices cost more in partial writes than they gain in parallelism
 
 
-@triton.jit(do_not_specialize=["num_seqs", "num_splits", "max_blocks", "stride_qt", "stride_qh",
+@triton.jit(do_not_specialize=["num_seqs", "num_splits", "max_blocks", "num_blocks", "stride_qt", "stride_qh",
                                "stride_ot", "stride_oh", "stride_blk", "stride_tok", "stride_kh", "stride_table",
                                "window"])
 def paged_decode_kernel(
     q_ptr, k_ptr, v_ptr, out_ptr, table_ptr, lens_ptr, cu_q_ptr, acc_ws, m_ws, l_ws,
-    num_seqs, num_splits, max_blocks,
+    num_seqs, num_splits, max_blocks, num_blocks,
     stride_qt, stride_qh, stride_ot, stride_oh, stride_blk, stride_tok, stride_kh, stride_table,
     scale, softcap, window,
     NUM_KV_HEADS: tl.constexpr, GROUP: tl.constexpr, H_PAD: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
@@ -68,7 +68,7 @@ def paged_decode_kernel(
         # Keys < hi <= kv_len are all at or before the query: no causal mask needed.
         acc, m_i, l_i = attend_kv_range(
             q, acc, m_i, l_i, q_pos, row_ok, k_ptr + kv_head * stride_kh, v_ptr + kv_head * stride_kh,
-            table_ptr + tl.cast(seq, tl.int64) * stride_table, lo, hi,
+            table_ptr + tl.cast(seq, tl.int64) * stride_table, num_blocks, lo, hi,
             stride_blk, stride_tok, scale, softcap, window,
             True, BLOCK_SIZE, TILE_N, D, D_PAD, False, USE_SOFTCAP, USE_WINDOW, UPCAST_DOT,
         )
@@ -124,7 +124,7 @@ def tiling(heads: int, kv_heads: int, head_size: int, block_size: int) -> dict:
     d_pad = triton.next_power_of_2(head_size)
     check_query_tile(h_pad, d_pad)
     return dict(NUM_KV_HEADS=kv_heads, GROUP=group, H_PAD=h_pad, D=head_size, D_PAD=d_pad, BLOCK_SIZE=block_size,
-                TILE_N=tile_n(block_size, h_pad * d_pad))
+                TILE_N=tile_n(block_size, h_pad))
 
 
 def choose_splits(device: torch.device, batch: int, kv_heads: int, capacity: int) -> int:
@@ -171,7 +171,7 @@ def decode(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, valu
         acc_ws = m_ws = l_ws = out  # unused
     paged_decode_kernel[(grid_size(query.device, batch * kv_heads * splits, uses_dot=True),)](
         query, key_cache, value_cache, out, block_tables, seq_lens, cu_q, acc_ws, m_ws, l_ws,
-        batch, splits, block_tables.shape[1],
+        batch, splits, block_tables.shape[1], key_cache.shape[0],
         query.stride(0), query.stride(1), out.stride(0), out.stride(1),
         key_cache.stride(0), key_cache.stride(1), key_cache.stride(2), block_tables.stride(0),
         scale, softcap, sliding_window,

@@ -25,7 +25,7 @@ from ascendkit.kernels._reduce import fast_max
 from ascendkit.platform import core_counts, grid_size
 
 MIN_KEYS_PER_SPLIT = 128  # shorter splits cost more in workspace traffic and merging than they gain
-MERGE_BLOCK_D = 128  # latent columns per merge step (keeps the merge tiles small at L = 512)
+MERGE_TILE = 4096  # elements of a merge step's [BLOCK_H, BLOCK_D] fp32 tile (merge_block_d)
 LOG2E = 1.4426950408889634
 
 
@@ -41,11 +41,11 @@ def _visible_keys(seq_ids_ptr, cu_ptr, seqused_ptr, t):
     return b, tl.where(i < q_len, visible, 0)
 
 
-@triton.jit(do_not_specialize=["num_heads", "work_items", "num_splits", "keys_per_split", "stride_qt", "stride_qh",
-                               "stride_kb", "stride_ks", "stride_bt", "stride_ot", "stride_oh"])
+@triton.jit(do_not_specialize=["num_heads", "work_items", "num_splits", "keys_per_split", "num_blocks", "stride_qt",
+                               "stride_qh", "stride_kb", "stride_ks", "stride_bt", "stride_ot", "stride_oh"])
 def mla_attention_kernel(
     q_ptr, kv_ptr, bt_ptr, seq_ids_ptr, cu_ptr, seqused_ptr, out_ptr, part_ptr, lse_ptr,
-    num_heads, work_items, num_splits, keys_per_split,
+    num_heads, work_items, num_splits, keys_per_split, num_blocks,
     stride_qt, stride_qh, stride_kb, stride_ks, stride_bt, stride_ot, stride_oh, qk_scale_log2,
     L: tl.constexpr, R: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_R: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
@@ -68,7 +68,10 @@ def mla_attention_kernel(
         q_nope = load_kv_tile(q_base, rh, dl, stride_qh, num_heads - h0, L, BLOCK_L)
         q_pe = load_kv_tile(q_base + L, rh, dr, stride_qh, num_heads - h0, R, BLOCK_R)
 
-        acc, m, l = init_state(BLOCK_H, BLOCK_L)
+        acc, _, l = init_state(BLOCK_H, BLOCK_L)
+        # The running max starts finite, not at -inf: a slice emptied by a bad block id before any
+        # visible key keeps it there, and exp2(m - m_new) stays 1 instead of exp2(-inf - -inf) = NaN.
+        m = tl.full([BLOCK_H], -1.0e30, dtype=tl.float32)
         start = split * keys_per_split
         # The last split runs to the sequence's end, so the key range never depends on the host's
         # max_seqlen_k being current (e.g. in a replayed graph).
@@ -76,14 +79,17 @@ def mla_attention_kernel(
         table_row = bt_ptr + tl.cast(b, tl.int64) * stride_bt
         for k0 in range(start, end, BLOCK_N):
             block_id = tl.load(table_row + k0 // BLOCK_SIZE)
-            rows = kv_ptr + tl.cast(block_id, tl.int64) * stride_kb + (k0 % BLOCK_SIZE) * stride_ks
+            # A bad block id (scalar compares) empties the slice instead of reading outside the cache.
+            block_ok = (block_id >= 0) & (block_id < num_blocks)
+            n_keys = tl.where(block_ok, end - k0, 0)
+            rows = kv_ptr + tl.cast(tl.where(block_ok, block_id, 0), tl.int64) * stride_kb + (k0 % BLOCK_SIZE) * stride_ks
             # Keys past `end` read as 0: unused cache slots may hold NaN, which would poison p @ v.
-            k_nope = load_kv_tile(rows, rn, dl, stride_ks, end - k0, L, BLOCK_L)
-            k_pe = load_kv_tile(rows + L, rn, dr, stride_ks, end - k0, R, BLOCK_R)
+            k_nope = load_kv_tile(rows, rn, dl, stride_ks, n_keys, L, BLOCK_L)
+            k_pe = load_kv_tile(rows + L, rn, dr, stride_ks, n_keys, R, BLOCK_R)
             s = dot(q_nope, tl.trans(k_nope), UPCAST_DOT) + dot(q_pe, tl.trans(k_pe), UPCAST_DOT)
             # fp32 compare: integer vector compares are scalar code on A2/A3
-            s = tl.where((rn.to(tl.float32) < tl.cast(end - k0, tl.float32))[None, :], s * qk_scale_log2, float("-inf"))
-            m_new = tl.maximum(m, fast_max(s, 1))  # finite: every step has at least one key
+            s = tl.where((rn.to(tl.float32) < tl.cast(n_keys, tl.float32))[None, :], s * qk_scale_log2, float("-inf"))
+            m_new = tl.maximum(m, fast_max(s, 1))  # finite: m starts finite
             alpha = tl.exp2(m - m_new)
             p = tl.exp2(s - m_new[:, None])
             l = l * alpha + tl.sum(p, 1)
@@ -129,16 +135,25 @@ def mla_merge_kernel(
             tl.store(out_rows + d0 + dd[None, :], o.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def block_h_for(lora: int) -> int:
-    """Heads per tile: the [BLOCK_H, L] fp32 accumulator and q tiles bound it at large L."""
-    return 16 if lora > 256 else 32
+def block_h_for(lora: int, heads: int) -> int:
+    """Heads per tile: all of them up to a cap (a power of two, at least 16 for tl.dot), so no
+    padded rows when the head count is a power of two. The [BLOCK_H, L] fp32 accumulator bounds
+    the cap (lowering gate, 160 KB of UB, bf16 split-KV: L=512 plans 84 KB at 16 heads × 32 keys
+    and 165 KB at 32 heads × 16 keys; L=128 plans 122 KB at 64 heads × 128 keys)."""
+    return min(16 if lora > 256 else 64, max(16, triton.next_power_of_2(heads)))
 
 
 def block_n_for(lora: int, block_size: int) -> int:
-    """Keys per step, a power of two dividing the block size (a multiple of 16) so a slice never
-    straddles two blocks. Lowering gate: L=512 with 16 heads is ~87 KB at 16 keys (32 keys: ~127 KB,
-    over budget); L=128 with 32 heads is ~74 KB at 64 keys."""
-    return min(16 if lora > 256 else 64, block_size & -block_size)
+    """Keys per step, the largest power of two dividing the block size (a slice never straddles
+    two blocks), at most 32 at L=512 (64 keys overflow L1, 512 KB: the compiler then drops
+    multibuffering) and 128 at L=128 (see block_h_for)."""
+    return min(32 if lora > 256 else 128, block_size & -block_size)
+
+
+def merge_block_d(block_l: int, block_h: int) -> int:
+    """Latent columns per merge step: [BLOCK_H, BLOCK_D] fp32 tiles of MERGE_TILE elements
+    (lowering gate: 2048 elements plan 50 KB of UB, 4096 plan 100 KB)."""
+    return min(block_l, MERGE_TILE // block_h)
 
 
 def plan_splits(work: int, max_seqlen_k: int, block_size: int, cores: int) -> tuple[int, int]:
@@ -157,7 +172,7 @@ def mla_attention(out: torch.Tensor, query: torch.Tensor, kv_cache: torch.Tensor
     if tokens == 0:
         return
     lora, rope, block_size = kv_lora_rank, dim - kv_lora_rank, kv_cache.shape[1]
-    block_h, block_l = block_h_for(lora), triton.next_power_of_2(lora)
+    block_h, block_l = block_h_for(lora, heads), triton.next_power_of_2(lora)
     tiles = tokens * triton.cdiv(heads, block_h)
     splits, keys_per_split = plan_splits(tiles, max_seqlen_k, block_size, core_counts(query.device)["cube"])
     # Token -> sequence on the device (no host sync): the count of sequence ends at or before t.
@@ -171,7 +186,7 @@ def mla_attention(out: torch.Tensor, query: torch.Tensor, kv_cache: torch.Tensor
     work = tiles * splits
     mla_attention_kernel[(grid_size(query.device, work, uses_dot=True),)](
         query, kv_cache, block_table, seq_ids, cu_seqlens_q, seqused_k, out, part, lse,
-        heads, work, splits, keys_per_split,
+        heads, work, splits, keys_per_split, kv_cache.shape[0],
         query.stride(0), query.stride(1), kv_cache.stride(0), kv_cache.stride(1), block_table.stride(0),
         out.stride(0), out.stride(1), scale * LOG2E,
         L=lora, R=rope, BLOCK_L=block_l, BLOCK_R=triton.next_power_of_2(rope), BLOCK_SIZE=block_size,
@@ -181,5 +196,5 @@ def mla_attention(out: torch.Tensor, query: torch.Tensor, kv_cache: torch.Tensor
     if splits > 1:
         mla_merge_kernel[(grid_size(query.device, tiles),)](
             part, lse, out, heads, tiles, splits, out.stride(0), out.stride(1),
-            L=lora, BLOCK_L=block_l, BLOCK_H=block_h, BLOCK_D=min(block_l, MERGE_BLOCK_D),
+            L=lora, BLOCK_L=block_l, BLOCK_H=block_h, BLOCK_D=merge_block_d(block_l, block_h),
         )

@@ -1,8 +1,12 @@
-"""RMSNorm and fused residual-add RMSNorm: one vector kernel, persistent over rows.
+"""RMSNorm and fused residual-add RMSNorm: one vector kernel, persistent over groups of rows.
 
-A row of up to MAX_SINGLE_PASS elements (fewer with a residual) stays on chip (one read, one
-write). Wider rows are processed in CHUNK-wide pieces in two passes (sum of squares, then
-scale), so the tile never exceeds the unified-buffer budget whatever the hidden size.
+Rows of up to MAX_SINGLE_PASS elements (fewer with a residual) stay on chip (one read, one
+write), ROWS of them per [ROWS, BLOCK] tile, the weight read once per program. Wider rows go
+one at a time in CHUNK-wide pieces in two passes (sum of squares, then scale), so the tile
+never exceeds the unified-buffer budget whatever the hidden size; the chunk is the widest power
+of two that divides the width. Masks only where a tile can be partial: rows of the last group
+(ROWS > 1), columns of a padded single-pass row, and all chunks of a width no chunk divides
+(a separate unmasked loop plus a masked tail doubled the planned UB: 84 -> 148 KB at h=7168).
 """
 from __future__ import annotations
 
@@ -10,84 +14,135 @@ import torch
 import triton
 import triton.language as tl
 
-from ascendkit.platform import grid_size
+from ascendkit.kernels._tile_io import chunk_for, load_tile, store_tile
+from ascendkit.platform import core_counts, grid_size
 
-# bishengir-compile's plan for a 4096-wide row (16-bit, double-buffered): 120 KB of UB without a
-# residual, 184 KB with one (over the gate's 160 KB); a 2048-wide row with a residual: 92 KB.
+# bishengir-compile's plan for a 4096-element tile (16-bit, double-buffered): 112-120 KB of UB
+# without a residual, 184 KB with one (over the gate's 160 KB); 2048 elements with a residual:
+# 88-92 KB. The same element counts bound a [ROWS, BLOCK] tile of narrow rows.
 MAX_SINGLE_PASS = 4096
 MAX_SINGLE_PASS_RESIDUAL = 2048
 CHUNK = 2048
 
 
 @triton.jit
-def _load_row_chunk(x_row, res_row, cols, n: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
-    """Load x[cols] (and add residual[cols], writing the sum back to residual) in fp32."""
-    mask = cols < n
-    x = tl.load(x_row + cols, mask=mask, other=0.0)
+def _mask(r, cols, rows_left, n_cols, ROW_MASK: tl.constexpr, COL_MASK: tl.constexpr):
+    """[ROWS, BLOCK] mask of the tile's valid rows and columns (only the parts that can be partial)."""
+    if ROW_MASK and COL_MASK:
+        return (r < rows_left)[:, None] & (cols < n_cols)[None, :]
+    if ROW_MASK:
+        return tl.broadcast_to((r < rows_left)[:, None], (r.shape[0], cols.shape[0]))
+    return tl.broadcast_to((cols < n_cols)[None, :], (r.shape[0], cols.shape[0]))
+
+
+@triton.jit
+def load_rows(x_ptrs, res_ptrs, mask, MASKED: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
+    """x (plus residual, the sum written back to residual) in fp32."""
+    x = load_tile(x_ptrs, mask, MASKED)
     if HAS_RESIDUAL:
-        r = tl.load(res_row + cols, mask=mask, other=0.0)
+        r = load_tile(res_ptrs, mask, MASKED)
         # The stored residual is rounded to the tensor dtype, and the norm sees that rounded value
         # (HF semantics: residual add happens in the model dtype).
         x = (x.to(tl.float32) + r.to(tl.float32)).to(x.dtype)
-        tl.store(res_row + cols, x, mask=mask)
+        store_tile(res_ptrs, x, mask, MASKED)
     return x.to(tl.float32)
 
 
 @triton.jit
-def _scale_store(out_row, w, x, rstd, cols, n: tl.constexpr):
-    # Normalise in fp32, round to the model dtype, then apply the weight (as HF's RMSNorm does).
-    y = (x * rstd).to(w.dtype).to(tl.float32) * w.to(tl.float32)
-    tl.store(out_row + cols, y.to(out_row.dtype.element_ty), mask=cols < n)
+def normalize(x, rstd, w):
+    """x fp32 normalised in fp32, rounded to the model dtype (w's), then times the weight (as HF's
+    RMSNorm does); fp32, not yet rounded to the output dtype."""
+    return (x * rstd).to(w.dtype).to(tl.float32) * w.to(tl.float32)
+
+
+@triton.jit
+def _scale_store(out_ptrs, w, x, rstd, mask, MASKED: tl.constexpr):
+    store_tile(out_ptrs, normalize(x, rstd, w).to(out_ptrs.dtype.element_ty), mask, MASKED)
+
+
+@triton.jit
+def _chunk_sq(x_row, res_row, cols, start, r, N: tl.constexpr, MASKED: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
+    x = load_rows(x_row + start + cols[None, :], res_row + start + cols[None, :],
+                   _mask(r, cols, 1, N - start, False, True), MASKED, HAS_RESIDUAL)
+    return x * x
+
+
+@triton.jit
+def _chunk_scale(src_row, out_row, w_ptr, cols, start, r, rstd, N: tl.constexpr, MASKED: tl.constexpr):
+    mask = _mask(r, cols, 1, N - start, False, True)
+    x = load_tile(src_row + start + cols[None, :], mask, MASKED).to(tl.float32)
+    w = load_tile(w_ptr + start + cols[None, :], mask, MASKED)
+    _scale_store(out_row + start + cols[None, :], w, x, rstd, mask, MASKED)
 
 
 @triton.jit(do_not_specialize=["n_rows", "x_stride", "res_stride", "out_stride"])
 def rms_norm_kernel(
     x_ptr, res_ptr, out_ptr, w_ptr,
     n_rows, x_stride, res_stride, out_stride, eps,
-    N: tl.constexpr, BLOCK: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+    N: tl.constexpr, BLOCK: tl.constexpr, ROWS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
 ):
+    r = tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK)
     if N <= BLOCK:  # every row of this program shares the weight: read it once
-        w_row = tl.load(w_ptr + cols, mask=cols < N, other=0.0)
-    for row in range(tl.program_id(0), n_rows, tl.num_programs(0)):
-        row64 = tl.cast(row, tl.int64)
-        x_row = x_ptr + row64 * x_stride
-        res_row = res_ptr + row64 * res_stride
-        out_row = out_ptr + row64 * out_stride
+        w = load_tile(w_ptr + cols, cols < N, N < BLOCK)[None, :]
+    for group in range(tl.program_id(0), tl.cdiv(n_rows, ROWS), tl.num_programs(0)):
+        row0 = tl.cast(group * ROWS, tl.int64)
+        x_rows = x_ptr + row0 * x_stride + r[:, None] * x_stride
+        res_rows = res_ptr + row0 * res_stride + r[:, None] * res_stride
+        out_rows = out_ptr + row0 * out_stride + r[:, None] * out_stride
         if N <= BLOCK:
-            x = _load_row_chunk(x_row, res_row, cols, N, HAS_RESIDUAL)
-            rstd = tl.rsqrt(tl.sum(x * x, 0) / N + eps)
-            _scale_store(out_row, w_row, x, rstd, cols, N)
-        else:
-            sq = tl.zeros([BLOCK], dtype=tl.float32)
+            mask = _mask(r, cols, n_rows - group * ROWS, N, ROWS > 1, N < BLOCK)
+            x = load_rows(x_rows + cols[None, :], res_rows + cols[None, :], mask, ROWS > 1 or N < BLOCK, HAS_RESIDUAL)
+            rstd = tl.rsqrt(tl.sum(x * x, 1) / N + eps)[:, None]
+            _scale_store(out_rows + cols[None, :], w, x, rstd, mask, ROWS > 1 or N < BLOCK)
+        else:  # ROWS == 1 (max_rows_for); chunks are masked only when BLOCK does not divide N
+            sq = tl.zeros([ROWS, BLOCK], dtype=tl.float32)
             for start in range(0, N, BLOCK):
-                x = _load_row_chunk(x_row + start, res_row + start, cols, N - start, HAS_RESIDUAL)
-                sq += x * x
-            rstd = tl.rsqrt(tl.sum(sq, 0) / N + eps)
+                sq += _chunk_sq(x_rows, res_rows, cols, start, r, N, N % BLOCK != 0, HAS_RESIDUAL)
+            rstd = tl.rsqrt(tl.sum(sq, 1) / N + eps)[:, None]
             # Second pass re-reads the (updated) residual when there is one: it holds the sum.
-            src_row = res_row if HAS_RESIDUAL else x_row
+            src_rows = res_rows if HAS_RESIDUAL else x_rows
             for start in range(0, N, BLOCK):
-                x = tl.load(src_row + start + cols, mask=cols < N - start, other=0.0).to(tl.float32)
-                w = tl.load(w_ptr + start + cols, mask=cols < N - start, other=0.0)
-                _scale_store(out_row + start, w, x, rstd, cols, N - start)
+                _chunk_scale(src_rows, out_rows, w_ptr, cols, start, r, rstd, N, N % BLOCK != 0)
 
 
 def block_for(hidden: int, has_residual: bool) -> int:
+    """The row padded to a power of two when it fits one pass, else the chunk width."""
     single_pass = MAX_SINGLE_PASS_RESIDUAL if has_residual else MAX_SINGLE_PASS
-    return triton.next_power_of_2(hidden) if hidden <= single_pass else CHUNK
+    return triton.next_power_of_2(hidden) if hidden <= single_pass else chunk_for(hidden, CHUNK)
+
+
+def max_rows_for(hidden: int, has_residual: bool) -> int:
+    """Most rows per tile the UB budget allows: the single-pass element count over the (padded)
+    row width; one row when rows are chunked."""
+    block = block_for(hidden, has_residual)
+    if hidden > block:
+        return 1
+    return (MAX_SINGLE_PASS_RESIDUAL if has_residual else MAX_SINGLE_PASS) // block
+
+
+def rows_for(hidden: int, has_residual: bool, n_rows: int, vector_cores: int) -> int:
+    """Rows per tile: as many as fit (max_rows_for), but never so many that fewer row groups than
+    vector cores are left (a decode batch of 32 rows keeps 32 programs busy, one row each)."""
+    rows = 1
+    while rows * 2 <= max_rows_for(hidden, has_residual) and n_rows // (rows * 2) >= vector_cores:
+        rows *= 2
+    return rows
 
 
 def _launch(x: torch.Tensor, residual: torch.Tensor | None, out: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
     hidden = x.shape[-1]
     x2, out2 = x.view(-1, hidden), out.view(-1, hidden)
     res2 = residual.view(-1, hidden) if residual is not None else x2
-    rows = x2.shape[0]
-    if rows == 0:
+    n_rows = x2.shape[0]
+    if n_rows == 0:
         return
-    rms_norm_kernel[(grid_size(x.device, rows),)](
+    has_residual = residual is not None
+    rows = rows_for(hidden, has_residual, n_rows, core_counts(x.device)["vector"])
+    rms_norm_kernel[(grid_size(x.device, triton.cdiv(n_rows, rows)),)](
         x2, res2, out2, weight,
-        rows, x2.stride(0), res2.stride(0), out2.stride(0), eps,
-        N=hidden, BLOCK=block_for(hidden, residual is not None), HAS_RESIDUAL=residual is not None,
+        n_rows, x2.stride(0), res2.stride(0), out2.stride(0), eps,
+        N=hidden, BLOCK=block_for(hidden, has_residual), ROWS=rows, HAS_RESIDUAL=has_residual,
     )
 
 

@@ -3,7 +3,8 @@
 STATIC: one given scale (and optional zero point). DYNAMIC: per-row scale from the row's range
 (symmetric max|x|/127, or vLLM's asymmetric (max-min)/255 with a zero point), written out.
 A row of up to MAX_SINGLE_PASS elements stays on chip between the range pass and the quantize
-pass; wider rows are read twice in CHUNK-wide pieces.
+pass; wider rows are read twice in chunks of the widest power of two up to CHUNK that divides
+the width, unmasked (masked only for widths no such chunk divides).
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import triton.language as tl
 
 from ascendkit.kernels._int8 import quantize_int8, round_half_even
 from ascendkit.kernels._reduce import fast_max, fast_min
+from ascendkit.kernels._tile_io import chunk_for, load_tile, store_tile
 from ascendkit.platform import grid_size
 
 # bishengir-compile plans ~75-90 bytes of UB per element (fp32 temporaries of the round-half-even
@@ -23,21 +25,23 @@ CHUNK = 1024
 
 
 @triton.jit
-def _range(x, mask, ASYM: tl.constexpr):
-    """(max, min) of the unmasked x for ASYM, else (max|x|, 0)."""
-    if ASYM:
+def value_range(x, mask, ASYM: tl.constexpr, MASKED: tl.constexpr):
+    """(max, min) of the valid x for ASYM, else (max|x|, 0) (masked-off x are 0)."""
+    if ASYM and MASKED:
         return fast_max(tl.where(mask, x, float("-inf")), 0), fast_min(tl.where(mask, x, float("inf")), 0)
+    if ASYM:
+        return fast_max(x, 0), fast_min(x, 0)
     return fast_max(tl.abs(x), 0), 0.0
 
 
 @triton.jit
-def _load(x_row, cols, n):
+def _load(x_row, cols, n, MASKED: tl.constexpr):
     mask = cols < n
-    return tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32), mask
+    return load_tile(x_row + cols, mask, MASKED).to(tl.float32), mask
 
 
 @triton.jit
-def _dynamic_params(hi, lo, scale_out, azp_out, ASYM: tl.constexpr):
+def dynamic_params(hi, lo, scale_out, azp_out, ASYM: tl.constexpr):
     """Store this row's scale (and zero point); return (divisor, zero point) for quantize_int8."""
     scale = (hi - lo) / 255.0 if ASYM else hi / 127.0
     # A zero (or constant) row has scale 0: divide by 1 so it quantizes to the zero point.
@@ -68,30 +72,28 @@ def int8_quant_kernel(
         x_row = x_ptr + row64 * x_stride
         out_row = out_ptr + row64 * out_stride
         if N <= BLOCK:  # the row stays on chip: one read
-            x, mask = _load(x_row, cols, N)
+            x, mask = _load(x_row, cols, N, N < BLOCK)
             if DYNAMIC:
-                hi, lo = _range(x, mask, HAS_AZP)
-                divisor, zero_point = _dynamic_params(hi, lo, scale_ptr + row, azp_ptr + row, HAS_AZP)
-            tl.store(out_row + cols, quantize_int8(x, divisor, zero_point), mask=mask)
+                hi, lo = value_range(x, mask, HAS_AZP, N < BLOCK)
+                divisor, zero_point = dynamic_params(hi, lo, scale_ptr + row, azp_ptr + row, HAS_AZP)
+            store_tile(out_row + cols, quantize_int8(x, divisor, zero_point), mask, N < BLOCK)
         else:
             if DYNAMIC:
-                x, mask = _load(x_row, cols, N)
-                hi, lo = _range(x, mask, HAS_AZP)
+                x, mask = _load(x_row, cols, N, False)  # the first chunk is always full
+                hi, lo = value_range(x, mask, HAS_AZP, False)
                 for start in range(BLOCK, N, BLOCK):
-                    x, mask = _load(x_row + start, cols, N - start)
-                    chunk_hi, chunk_lo = _range(x, mask, HAS_AZP)
+                    x, mask = _load(x_row + start, cols, N - start, N % BLOCK != 0)
+                    chunk_hi, chunk_lo = value_range(x, mask, HAS_AZP, N % BLOCK != 0)
                     hi = tl.maximum(hi, chunk_hi)
                     lo = tl.minimum(lo, chunk_lo)
-                divisor, zero_point = _dynamic_params(hi, lo, scale_ptr + row, azp_ptr + row, HAS_AZP)
+                divisor, zero_point = dynamic_params(hi, lo, scale_ptr + row, azp_ptr + row, HAS_AZP)
             for start in range(0, N, BLOCK):
-                x, mask = _load(x_row + start, cols, N - start)
-                tl.store(out_row + start + cols, quantize_int8(x, divisor, zero_point), mask=mask)
+                x, mask = _load(x_row + start, cols, N - start, N % BLOCK != 0)
+                store_tile(out_row + start + cols, quantize_int8(x, divisor, zero_point), mask, N % BLOCK != 0)
 
 
 def block_for(hidden: int) -> int:
-    return triton.next_power_of_2(hidden) if hidden <= MAX_SINGLE_PASS else CHUNK
-
-
+    return triton.next_power_of_2(hidden) if hidden <= MAX_SINGLE_PASS else chunk_for(hidden, CHUNK)
 def _launch(out: torch.Tensor, input: torch.Tensor, scale: torch.Tensor, azp: torch.Tensor | None, dynamic: bool) -> None:
     hidden = input.shape[-1]
     x2, out2 = input.view(-1, hidden), out.view(-1, hidden)

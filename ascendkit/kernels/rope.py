@@ -2,10 +2,11 @@
 key heads in place.
 
 Per token the position is read as a scalar and the cos/sin halves of its cache row are loaded
-once, then shared by every query and key head. Heads are processed HEAD_BLOCK at a time as a
-[heads, rot_dim / 2] tile pair (x1, x2): the two halves of the rotated part (neox), or the even
-and odd lanes of its contiguous [heads, rot_dim] tile, split on chip (GPT-J). Dims past rot_dim
-are never touched.
+once, then shared by every query and key head. A position outside [0, cache rows) leaves the
+token unrotated (a scalar compare skips it, so a bad position never reads outside the cache).
+Heads are processed HEAD_BLOCK at a time as a [heads, rot_dim / 2] tile pair (x1, x2): the two
+halves of the rotated part (neox), or the even and odd lanes of its contiguous [heads, rot_dim]
+tile, split on chip (GPT-J). Dims past rot_dim are never touched.
 """
 from __future__ import annotations
 
@@ -47,22 +48,27 @@ def _rotate_heads(row_ptr, head_stride, cos, sin, N_HEADS: tl.constexpr, HALF: t
             tl.store(head_ptr + r, out.to(row_ptr.dtype.element_ty), mask=mask)
 
 
-@triton.jit(do_not_specialize=["n_tokens", "q_tok_stride", "q_head_stride", "k_tok_stride", "k_head_stride"])
+@triton.jit(do_not_specialize=["n_tokens", "max_pos", "q_tok_stride", "q_head_stride", "k_tok_stride",
+                               "k_head_stride"])
 def rotary_embedding_kernel(
     pos_ptr, q_ptr, k_ptr, cache_ptr,
-    n_tokens, q_tok_stride, q_head_stride, k_tok_stride, k_head_stride,
+    n_tokens, max_pos, q_tok_stride, q_head_stride, k_tok_stride, k_head_stride,
     NQ: tl.constexpr, NK: tl.constexpr, HALF: tl.constexpr, IS_NEOX: tl.constexpr, HAS_KEY: tl.constexpr,
     Q_HEAD_BLOCK: tl.constexpr, K_HEAD_BLOCK: tl.constexpr, HALF_BLOCK: tl.constexpr,
 ):
     d = tl.arange(0, HALF_BLOCK)[None, :]
     for t in range(tl.program_id(0), n_tokens, tl.num_programs(0)):
         t64 = tl.cast(t, tl.int64)
-        cache_row = cache_ptr + tl.load(pos_ptr + t64).to(tl.int64) * (2 * HALF)
-        cos = tl.load(cache_row + d, mask=d < HALF, other=0.0).to(tl.float32)
-        sin = tl.load(cache_row + HALF + d, mask=d < HALF, other=0.0).to(tl.float32)
-        _rotate_heads(q_ptr + t64 * q_tok_stride, q_head_stride, cos, sin, NQ, HALF, IS_NEOX, Q_HEAD_BLOCK, HALF_BLOCK)
-        if HAS_KEY:
-            _rotate_heads(k_ptr + t64 * k_tok_stride, k_head_stride, cos, sin, NK, HALF, IS_NEOX, K_HEAD_BLOCK, HALF_BLOCK)
+        pos = tl.load(pos_ptr + t64).to(tl.int64)
+        if (pos >= 0) & (pos < max_pos):
+            cache_row = cache_ptr + pos * (2 * HALF)
+            cos = tl.load(cache_row + d, mask=d < HALF, other=0.0).to(tl.float32)
+            sin = tl.load(cache_row + HALF + d, mask=d < HALF, other=0.0).to(tl.float32)
+            _rotate_heads(q_ptr + t64 * q_tok_stride, q_head_stride, cos, sin, NQ, HALF, IS_NEOX, Q_HEAD_BLOCK,
+                          HALF_BLOCK)
+            if HAS_KEY:
+                _rotate_heads(k_ptr + t64 * k_tok_stride, k_head_stride, cos, sin, NK, HALF, IS_NEOX, K_HEAD_BLOCK,
+                              HALF_BLOCK)
 
 
 def blocks_for(heads: int, half: int, is_neox: bool) -> tuple[int, int]:
@@ -90,7 +96,7 @@ def rotary_embedding(positions: torch.Tensor, query: torch.Tensor, key: torch.Te
     k_block, _ = blocks_for(nk, half, is_neox)
     rotary_embedding_kernel[(grid_size(query.device, tokens),)](
         positions, query, key if key is not None else query, cos_sin_cache,
-        tokens, q_tok, q_head, k_tok, k_head,
+        tokens, cos_sin_cache.shape[0], q_tok, q_head, k_tok, k_head,
         NQ=nq, NK=nk, HALF=half, IS_NEOX=is_neox, HAS_KEY=key is not None,
         Q_HEAD_BLOCK=q_block, K_HEAD_BLOCK=k_block, HALF_BLOCK=half_block,
     )

@@ -1,15 +1,13 @@
-"""int8 GEMM with scaled epilogue (scaled_mm) and the fused W8A8 linear (w8a8_linear).
+"""int8 GEMM with scaled epilogue (scaled_mm) and the W8A8 linear (w8a8_linear).
 
 One mix kernel, persistent over [BLOCK_M, BLOCK_N] output tiles: int8 x int8 tl.dot accumulating
 in int32, then out = (acc * a_scale) * b_scale + bias in fp32.
 
-w8a8_linear at up to FUSED_MAX_M tokens (decode, small batches) quantizes the activations in the
-prologue of the same kernel (A_MODE): a float tile is loaded, divided by its scale, rounded half to
-even and saturated to int8 on chip: one launch, no int8 copy of the activations in memory.
-Dynamic per-token scales need each row's max|x| first: a prologue pass over K computes it for the
-tile's rows. Both prologue passes are redone for every N tile, which is cheap while A is a few
-rows (its re-reads hit L2) but is N / BLOCK_N times the quantization work for long prefills, so
-larger M quantizes once with the vector kernel of quant.py and runs the int8 GEMM.
+w8a8_linear quantizes the activations with the vector kernel of quant.py, then runs this GEMM.
+A quantizing prologue inside the GEMM (one launch, no int8 copy of the activations) cost more
+per tile than it saved (bishengir-compile's plan: 32-41 pipe barriers and 18 cube<->vector syncs
+per tile against 8 and 12, a row absmax redone for every N tile, and fp32 temporaries that kept
+the tiles at 16-64 x 64-128 x 32-64); docs/ascend-kernel-rules.md has the numbers.
 """
 from __future__ import annotations
 
@@ -17,23 +15,20 @@ import torch
 import triton
 import triton.language as tl
 
-from ascendkit.kernels._int8 import quantize_int8
-from ascendkit.kernels._reduce import fast_max
 from ascendkit.kernels.quant import dynamic_scaled_int8_quant, static_scaled_int8_quant
-from ascendkit.platform import grid_size
+from ascendkit.platform import core_counts, grid_size
 
-A_INT8, A_STATIC, A_DYNAMIC = 0, 1, 2  # a is int8 / float with one scale / float, per-row scale
-FUSED_MAX_M = 64  # one M tile: every fused program shares the same few activation rows
-
-
-@triton.jit
-def _load_a(a_tile, rm, rk, stride_am, row_mask, k_left, divisor, A_MODE: tl.constexpr):
-    """[BLOCK_M, BLOCK_K] int8 tile of a (quantized on chip from float when A_MODE != A_INT8)."""
-    mask = row_mask[:, None] & (rk < k_left)[None, :]
-    a = tl.load(a_tile + rm[:, None] * stride_am + rk[None, :], mask=mask, other=0)
-    if A_MODE != 0:
-        a = quantize_int8(a.to(tl.float32), divisor, 0.0)  # masked zeros stay 0
-    return a
+# bishengir-compile's plans at BLOCK_K 256 (bf16 out, bias, per-row/column scales): L1 64-192 KB
+# (of 512), L0C up to 128 KB at 128x256 (all of it), UB 3-69 KB with a K-contiguous b. A
+# row-major b is moved through the vector core: UB 35-133 KB up to 16k outputs per tile, 192 KB
+# at 128x256 (over the gate's 160 KB).
+BLOCK_K = 256
+BLOCK_NS = (64, 128, 256)
+MAX_TILE_OUTPUTS = {True: 128 * 256, False: 64 * 256}  # by b_k_contiguous
+# A tile's fixed cost (its cube->vector hand-off of the accumulator, filling the K pipeline) in
+# output-equivalents: a modelling choice, not a measurement (no NPU here). It makes a tile shape
+# with fewer waves win unless a smaller tile balances the cores much better.
+TILE_OVERHEAD = 16 * 128
 
 
 @triton.jit
@@ -51,7 +46,7 @@ def _load_b(b_tile, rk, rn, stride_bk, stride_bn, col_mask, k_left, B_K_CONTIGUO
 def scaled_mm_kernel(
     a_ptr, b_ptr, out_ptr, a_scale_ptr, b_scale_ptr, bias_ptr,
     M, N, K, stride_am, stride_bk, stride_bn, stride_om,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, A_MODE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     A_PER_ROW: tl.constexpr, B_PER_COL: tl.constexpr, HAS_BIAS: tl.constexpr, B_K_CONTIGUOUS: tl.constexpr,
 ):
     rm = tl.arange(0, BLOCK_M)
@@ -65,34 +60,17 @@ def scaled_mm_kernel(
         col_mask = rn < N - col0
         a_tile = a_ptr + tl.cast(row0, tl.int64) * stride_am
         b_tile = b_ptr + tl.cast(col0, tl.int64) * stride_bn
-        if A_MODE == 1:
-            a_scale = tl.load(a_scale_ptr)
-            divisor = a_scale
-        elif A_MODE == 2:
-            absmax = tl.zeros([BLOCK_M], dtype=tl.float32)
-            for k0 in range(0, K, BLOCK_K):
-                mask = row_mask[:, None] & (rk < K - k0)[None, :]
-                x = tl.load(a_tile + rm[:, None] * stride_am + (k0 + rk)[None, :], mask=mask, other=0.0)
-                absmax = tl.maximum(absmax, fast_max(tl.abs(x.to(tl.float32)), 1))
-            a_scale = absmax / 127.0
-            # All-zero rows have scale 0: divide by 1 (they quantize to 0 either way).
-            divisor = tl.where(a_scale == 0.0, 1.0, a_scale)[:, None]
-        else:
-            divisor = 1.0
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.int32)
         for k0 in range(0, K, BLOCK_K):
-            a = _load_a(a_tile + k0, rm, rk, stride_am, row_mask, K - k0, divisor, A_MODE)
+            a = tl.load(a_tile + k0 + rm[:, None] * stride_am + rk[None, :],
+                        mask=row_mask[:, None] & (rk < K - k0)[None, :], other=0)
             b = _load_b(b_tile + tl.cast(k0, tl.int64) * stride_bk, rk, rn, stride_bk, stride_bn, col_mask, K - k0, B_K_CONTIGUOUS)
             acc = tl.dot(a, b, acc)
-        if A_MODE == 0:
-            if A_PER_ROW:
-                a_scale = tl.load(a_scale_ptr + row0 + rm, mask=row_mask, other=0.0)
-            else:
-                a_scale = tl.load(a_scale_ptr)
-        if A_MODE == 1 or not A_PER_ROW:
-            y = acc.to(tl.float32) * a_scale
+        y = acc.to(tl.float32)
+        if A_PER_ROW:
+            y = y * tl.load(a_scale_ptr + row0 + rm, mask=row_mask, other=0.0)[:, None]
         else:
-            y = acc.to(tl.float32) * a_scale[:, None]
+            y = y * tl.load(a_scale_ptr)
         if B_PER_COL:
             y = y * tl.load(b_scale_ptr + col0 + rn, mask=col_mask, other=0.0)[None, :]
         else:
@@ -104,55 +82,59 @@ def scaled_mm_kernel(
                  mask=row_mask[:, None] & col_mask[None, :])
 
 
-def tiles_for(m: int, a_mode: int) -> tuple[int, int, int]:
-    """(BLOCK_M, BLOCK_N, BLOCK_K). Small M is padded to the 16-row dot tile; from M > 32 a square
-    64x64 tile (more reuse per loaded byte than 32x128, same int32 accumulator and fp32 epilogue
-    size: 64x128 overflows the UB budget). The float prologue of the fused modes holds fp32
-    temporaries per element of the [BLOCK_M, BLOCK_K] a tile, so those step K by 64, and by 32 at
-    64 rows (bishengir-compile planned 167 KB of UB for the dynamic 64x64x64 tile)."""
-    block_m, block_n = (16, 128) if m <= 16 else (32, 128) if m <= 32 else (64, 64)
-    if a_mode == A_INT8:
-        return block_m, block_n, 128
-    return block_m, block_n, 64 if block_m <= 32 else 32
+def block_m_for(m: int) -> int:
+    """Rows per tile: M padded to the 16-row dot tile, up to 128."""
+    return min(128, max(16, triton.next_power_of_2(m)))
 
 
-def _launch(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, a_scales: torch.Tensor, b_scales: torch.Tensor,
-            bias: torch.Tensor | None, a_mode: int) -> None:
-    m, k = a.shape
-    n = b.shape[1]
-    if m == 0 or n == 0:
-        return
-    block_m, block_n, block_k = tiles_for(m, a_mode)
-    tiles = triton.cdiv(m, block_m) * triton.cdiv(n, block_n)
-    scaled_mm_kernel[(grid_size(a.device, tiles, uses_dot=True),)](
-        a, b, out, a_scales, b_scales, bias if bias is not None else b_scales,
-        m, n, k, a.stride(0), b.stride(0), b.stride(1), out.stride(0),
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, A_MODE=a_mode,
-        A_PER_ROW=a_scales.numel() > 1 or a_mode == A_DYNAMIC, B_PER_COL=b_scales.numel() > 1,
-        HAS_BIAS=bias is not None, B_K_CONTIGUOUS=b.stride(0) == 1 and n > 1,
-    )
+def tile_shapes(b_k_contiguous: bool) -> list[tuple[int, int, int]]:
+    """Every (BLOCK_M, BLOCK_N, BLOCK_K) tiles_for can return for this b layout."""
+    return [(bm, bn, BLOCK_K) for bm in (16, 32, 64, 128) for bn in BLOCK_NS if bm * bn <= MAX_TILE_OUTPUTS[b_k_contiguous]]
+
+
+def tiles_for(m: int, n: int, cube_cores: int, b_k_contiguous: bool) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_N, BLOCK_K): the BLOCK_N with the least work on the busiest cube core,
+    waves x (tile outputs + TILE_OVERHEAD), the larger tile on a tie. E.g. one 16-row tile of
+    N=4096 on 24 cores: 256 (16 tiles, one wave), not 128 (32 tiles, a second wave with 8 busy);
+    N=1024 on 20 cores: 64 (16 busy cores) rather than 256 (4)."""
+    block_m = block_m_for(m)
+
+    def busiest_core(shape: tuple[int, int, int]) -> tuple[int, int]:
+        tiles = triton.cdiv(m, block_m) * triton.cdiv(n, shape[1])
+        return triton.cdiv(tiles, cube_cores) * (block_m * shape[1] + TILE_OVERHEAD), -shape[1]
+
+    return min((s for s in tile_shapes(b_k_contiguous) if s[0] == block_m), key=busiest_core)
 
 
 def scaled_mm(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, a_scales: torch.Tensor, b_scales: torch.Tensor,
               bias: torch.Tensor | None) -> None:
-    _launch(out, a, b, a_scales, b_scales, bias, A_INT8)
+    m, k = a.shape
+    n = b.shape[1]
+    if m == 0 or n == 0:
+        return
+    b_k_contiguous = b.stride(0) == 1 and n > 1
+    cube_cores = core_counts(a.device)["cube"]
+    block_m, block_n, block_k = tiles_for(m, n, cube_cores, b_k_contiguous)
+    tiles = triton.cdiv(m, block_m) * triton.cdiv(n, block_n)
+    scaled_mm_kernel[(grid_size(a.device, tiles, uses_dot=True),)](
+        a, b, out, a_scales, b_scales, bias if bias is not None else b_scales,
+        m, n, k, a.stride(0), b.stride(0), b.stride(1), out.stride(0),
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
+        A_PER_ROW=a_scales.numel() > 1, B_PER_COL=b_scales.numel() > 1,
+        HAS_BIAS=bias is not None, B_K_CONTIGUOUS=b_k_contiguous,
+    )
 
 
 def w8a8_linear(input: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, input_scale: torch.Tensor | None,
                 bias: torch.Tensor | None) -> torch.Tensor:
     x = input.reshape(-1, input.shape[-1])
     out = torch.empty((x.shape[0], weight.shape[0]), dtype=input.dtype, device=input.device)
-    if x.shape[0] <= FUSED_MAX_M:
-        a_mode = A_DYNAMIC if input_scale is None else A_STATIC
-        a_scale = input_scale if input_scale is not None else weight_scale  # unused by A_DYNAMIC
-        _launch(out, x, weight.t(), a_scale, weight_scale, bias, a_mode)
+    q = torch.empty(x.shape, dtype=torch.int8, device=x.device)
+    if input_scale is None:
+        a_scale = torch.empty((x.shape[0], 1), dtype=torch.float32, device=x.device)
+        dynamic_scaled_int8_quant(q, x, a_scale, None)
     else:
-        q = torch.empty(x.shape, dtype=torch.int8, device=x.device)
-        if input_scale is None:
-            a_scale = torch.empty((x.shape[0], 1), dtype=torch.float32, device=x.device)
-            dynamic_scaled_int8_quant(q, x, a_scale, None)
-        else:
-            a_scale = input_scale
-            static_scaled_int8_quant(q, x, input_scale, None)
-        _launch(out, q, weight.t(), a_scale, weight_scale, bias, A_INT8)
+        a_scale = input_scale
+        static_scaled_int8_quant(q, x, input_scale, None)
+    scaled_mm(out, q, weight.t(), a_scale, weight_scale, bias)
     return out.view(*input.shape[:-1], weight.shape[0])

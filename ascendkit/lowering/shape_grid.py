@@ -9,7 +9,8 @@ DTYPES = ("fp16", "bf16")
 # head sizes 64 (SmolLM2, Llama-3.2), 80 (partial-rope models), 128 (Llama-2/3), 256 (Gemma).
 ATTENTION_HEADS = ((32, 8), (9, 3))
 ATTENTION_HEAD_SIZES = (64, 80, 128, 256)
-# MLA latent cache rows (kv_lora_rank, rope dim): DeepSeek-V2/V3 (576 = 512 + 64) and a small one.
-MLA_LAYOUTS = ((512, 64), (128, 32))
+# MLA (kv_lora_rank, rope dim, query heads): DeepSeek-V2/V3 (576 = 512 + 64, 128 heads) and a small
+# latent with enough heads for the widest head tile (mla.block_h_for).
+MLA_LAYOUTS = ((512, 64, 128), (128, 32, 64))
 # Vocabularies: Llama-2 / Mistral, SmolLM2, Qwen2/3.
 VOCAB_SIZES = (32000, 49152, 151936)

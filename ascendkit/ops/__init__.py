@@ -6,6 +6,10 @@ from ascendkit.ops.activation import gelu_tanh_and_mul, silu_and_mul
 from ascendkit.ops.attention_paged import paged_attention
 from ascendkit.ops.attention_unified import unified_attention
 from ascendkit.ops.attention_varlen import flash_attention_varlen
+from ascendkit.ops.fused_quant import (
+    fused_add_rms_norm_static_int8_quant, rms_norm_dynamic_per_token_quant, rms_norm_static_int8_quant,
+    silu_and_mul_quant,
+)
 from ascendkit.ops.kv_cache import concat_and_cache_mla, reshape_and_cache_flash
 from ascendkit.ops.mask import causal_mask
 from ascendkit.ops.mla import mla_attention
@@ -23,5 +27,7 @@ __all__ = [
     "reshape_and_cache_flash", "concat_and_cache_mla", "causal_mask",
     "paged_attention", "flash_attention_varlen", "unified_attention", "mla_attention",
     "static_scaled_int8_quant", "dynamic_scaled_int8_quant", "scaled_mm", "w8a8_linear",
+    "rms_norm_dynamic_per_token_quant", "rms_norm_static_int8_quant", "fused_add_rms_norm_static_int8_quant",
+    "silu_and_mul_quant",
     "apply_penalties", "process_logits", "sample_tokens", "update_token_counts", "gather_logprobs",
 ]

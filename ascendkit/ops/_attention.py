@@ -3,15 +3,17 @@ attention_varlen) and mla: query/out, head layouts, the paged caches and the pag
 
 Cache layout [num_blocks, block_size, num_kv_heads, head_size] (mla: [num_blocks, block_size,
 L+R]); block tables int32 [B, max_blocks] with -1 padding that is never read. Visibility of key j
-to the query at absolute position p: j < kv_len, causal j <= p (new tokens are the last q_len of
-the kv_len: bottom-right aligned), sliding_window w > 0: p - w < j (HF/vLLM: the query and the
-w - 1 keys before it). softcap c > 0: scores = c·tanh(scores / c). A query with no visible key
-(e.g. seqused_k == 0) gets 0.
+to the query at absolute position p: j < kv_len, its block id in [0, num_blocks) (an id outside,
+-1 included, hides its keys instead of reading outside the cache), causal j <= p (new tokens are
+the last q_len of the kv_len: bottom-right aligned), sliding_window w > 0: p - w < j (HF/vLLM: the
+query and the w - 1 keys before it). softcap c > 0: scores = c·tanh(scores / c). A query with no
+visible key (e.g. seqused_k == 0, or every block id invalid) gets 0.
 """
 from __future__ import annotations
 
 import torch
 
+from ascendkit.ops._indices import check_block_table, check_lengths
 from ascendkit.ops._validate import (
     FLOAT_DTYPES, INT32, check_positive, check_same_device, check_same_dtype, check_shape, check_tensor,
 )
@@ -20,11 +22,6 @@ from ascendkit.ops._validate import (
 # 256 dims on chip.
 BLOCK_SIZE_MULTIPLE = 16
 MAX_HEAD_SIZE = 256
-
-
-def is_real_cpu(t: torch.Tensor) -> bool:
-    """Host-readable without a device sync (not a fake/meta tensor, not on an accelerator)."""
-    return t.device.type == "cpu" and not torch._subclasses.fake_tensor.is_fake(t)
 
 
 def check_query_out(query: torch.Tensor, out: torch.Tensor, qname: str) -> None:
@@ -48,14 +45,16 @@ def check_block_size(name: str, cache: torch.Tensor) -> int:
     return cache.shape[1]
 
 
-def check_paged_batch(table_name: str, table: torch.Tensor, block_size: int, lens_name: str, lens: torch.Tensor,
-                      num_tokens: int, cu_seqlens_q: torch.Tensor | None = None, max_seqlen_q: int | None = None,
-                      max_seqlen_k: int | None = None) -> None:
+def check_paged_batch(table_name: str, table: torch.Tensor, num_blocks: int, block_size: int, lens_name: str,
+                      lens: torch.Tensor, num_tokens: int, cu_seqlens_q: torch.Tensor | None = None,
+                      max_seqlen_q: int | None = None, max_seqlen_k: int | None = None) -> None:
     """The batch a paged op reads: `lens` [B] int32 KV lengths (the new tokens included) and
     `table` [B, max_blocks] int32 block ids. With cu_seqlens_q [B+1] int32 a mixed batch (B from
     lens); without, a decode batch of one query token per sequence (B = num_tokens). The host ints
     max_seqlen_q / max_seqlen_k must fit the query tokens / the table's capacity; the lengths are
-    range-checked against the capacity where reading them costs no device sync."""
+    range-checked against the capacity where reading them costs no device sync, and on every
+    device with ASCENDKIT_CHECK_INDICES=1, which also range-checks the block ids read (kernels and
+    references skip an id outside [0, num_blocks) anyway)."""
     check_tensor(lens_name, lens, dtypes=INT32, ndim=1, contiguous=True)
     if cu_seqlens_q is None:
         batch = num_tokens
@@ -72,13 +71,8 @@ def check_paged_batch(table_name: str, table: torch.Tensor, block_size: int, len
         raise ValueError(f"max_seqlen_q: must be in [0, {num_tokens}] (the query's tokens), got {max_seqlen_q}")
     if max_seqlen_k is not None and not 0 <= max_seqlen_k <= capacity:
         raise ValueError(f"max_seqlen_k: must be in [0, {capacity}] ({table_name} capacity), got {max_seqlen_k}")
-    # Only where reading the lengths costs no device sync; on devices the bound is the caller's.
-    # One aminmax instead of two compares, an and, an all (16 -> 5 us per call; every layer, every step).
-    if is_real_cpu(lens) and lens.numel():
-        low, high = (int(v) for v in torch.aminmax(lens))
-        if low < 0 or high > capacity:
-            raise ValueError(f"{lens_name}: every length must be in [0, {capacity}] ({table_name} capacity), "
-                             f"got min {low}, max {high}")
+    check_lengths(lens_name, lens, capacity, table_name)
+    check_block_table(table_name, table, num_blocks, block_size, lens)
 
 
 def validate_unified(out, query, key_cache, value_cache, block_table, cu_seqlens_q, seqused_k, max_seqlen_q: int,
@@ -105,8 +99,8 @@ def check_paged_attention(out: torch.Tensor, query: torch.Tensor, key_cache: tor
     check_shape("value_cache", value_cache, key_cache.shape, "same as key_cache")
     check_heads("key_cache", key_cache, query, key_cache.shape[2])
     block_size = check_block_size("key_cache", key_cache)
-    check_paged_batch(table_name, table, block_size, lens_name, lens, query.shape[0], cu_seqlens_q, max_seqlen_q,
-                      max_seqlen_k)
+    check_paged_batch(table_name, table, key_cache.shape[0], block_size, lens_name, lens, query.shape[0],
+                      cu_seqlens_q, max_seqlen_q, max_seqlen_k)
     check_same_device(query=query, out=out, key_cache=key_cache, value_cache=value_cache, **{table_name: table},
                       cu_seqlens_q=cu_seqlens_q, **{lens_name: lens})
     check_same_dtype(query=query, key_cache=key_cache, value_cache=value_cache, out=out)

@@ -21,7 +21,9 @@ def unified_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache:
     caches [num_blocks, block_size, KVH, D] (same dtype, H % KVH == 0), block_table [B, max_blocks]
     int32 (-1 padded), cu_seqlens_q [B+1] int32, seqused_k [B] int32 (context + new tokens; the
     new tokens are the last, causal bottom-right). max_seqlen_q/k are host ints bounding the
-    batch (no device sync). Returns out [T, H, D] in query's dtype."""
+    batch (no device sync). A block id outside [0, num_blocks) hides its keys (never read; with
+    ASCENDKIT_CHECK_INDICES=1 it raises); a query with no visible key gets 0. Returns out
+    [T, H, D] in query's dtype."""
     out = torch.empty(query.shape, dtype=query.dtype, device=query.device)
     unified_attention_op(out, query, key_cache, value_cache, block_table, cu_seqlens_q, seqused_k, max_seqlen_q,
                          max_seqlen_k, scale, softcap, sliding_window)

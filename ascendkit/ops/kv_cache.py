@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import torch
 
+from ascendkit.ops._indices import check_slots
 from ascendkit.ops._registry import register_op
 from ascendkit.ops._validate import FLOAT_DTYPES, INDEX_DTYPES, check_same_device, check_same_dtype, check_shape, check_tensor
 
@@ -10,10 +11,12 @@ from ascendkit.ops._validate import FLOAT_DTYPES, INDEX_DTYPES, check_same_devic
 SUPPORTED_KV_CACHE_DTYPES = ("auto",)
 
 
-def _check_common(slot_mapping: torch.Tensor, tokens: int, kv_cache_dtype: str, scales: dict[str, torch.Tensor]) -> None:
+def _check_common(slot_mapping: torch.Tensor, tokens: int, cache: torch.Tensor, kv_cache_dtype: str,
+                  scales: dict[str, torch.Tensor]) -> None:
     check_tensor("slot_mapping", slot_mapping, dtypes=INDEX_DTYPES, ndim=1)
     if slot_mapping.shape[0] > tokens:
         raise ValueError(f"slot_mapping: {slot_mapping.shape[0]} slots for {tokens} tokens")
+    check_slots("slot_mapping", slot_mapping, cache.shape[0], cache.shape[1])
     if kv_cache_dtype not in SUPPORTED_KV_CACHE_DTYPES:
         raise ValueError(f"kv_cache_dtype: {kv_cache_dtype!r} not supported yet; only 'auto' (cache in the model dtype)")
     for name, scale in scales.items():
@@ -35,7 +38,7 @@ def _validate_flash(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Ten
     if tuple(key_cache.shape[2:]) != tuple(key.shape[1:]):
         raise ValueError(f"key_cache: [num_kv_heads, head_size] {tuple(key_cache.shape[2:])} differs from key's {tuple(key.shape[1:])}")
     check_shape("value_cache", value_cache, key_cache.shape, "same as key_cache")
-    _check_common(slot_mapping, key.shape[0], kv_cache_dtype, {"k_scale": k_scale, "v_scale": v_scale})
+    _check_common(slot_mapping, key.shape[0], key_cache, kv_cache_dtype, {"k_scale": k_scale, "v_scale": v_scale})
 
 
 def _validate_mla(kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
@@ -52,7 +55,7 @@ def _validate_mla(kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor
     width = kv_c.shape[1] + k_pe.shape[-1]
     if kv_cache.shape[2] != width:
         raise ValueError(f"kv_cache: last dim {kv_cache.shape[2]} must be kv_lora_rank + rope_dim = {width}")
-    _check_common(slot_mapping, kv_c.shape[0], kv_cache_dtype, {"scale": scale})
+    _check_common(slot_mapping, kv_c.shape[0], kv_cache, kv_cache_dtype, {"scale": scale})
 
 
 RESHAPE_AND_CACHE_FLASH_SCHEMA = ("(Tensor key, Tensor value, Tensor! key_cache, Tensor! value_cache, "
@@ -74,7 +77,9 @@ def reshape_and_cache_flash(key: torch.Tensor, value: torch.Tensor, key_cache: t
                             v_scale: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Write key/value [T, num_kv_heads, head_size] (token and head strides free) into the paged
     caches [num_blocks, block_size, num_kv_heads, head_size] (same dtype) at slot_mapping [S ≤ T]
-    (int32/int64; slot = block · block_size + offset, −1 = padding, skipped). Returns the caches."""
+    (int32/int64; slot = block · block_size + offset, −1 = padding, skipped). A slot outside
+    [0, num_blocks · block_size) is skipped too, never written (ASCENDKIT_CHECK_INDICES=1 raises
+    instead). Returns the caches."""
     k_scale = _unit_scale(key) if k_scale is None else k_scale
     v_scale = _unit_scale(key) if v_scale is None else v_scale
     reshape_and_cache_flash_op(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale)
@@ -85,7 +90,8 @@ def concat_and_cache_mla(kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch
                          kv_cache_dtype: str = "auto", scale: torch.Tensor | None = None) -> torch.Tensor:
     """Write cat(kv_c [T, kv_lora_rank], k_pe [T, rope_dim] or [T, 1, rope_dim]) into the latent
     cache [num_blocks, block_size, kv_lora_rank + rope_dim] (same dtype) at slot_mapping [S ≤ T]
-    (int32/int64, −1 skipped). Token rows may be strided. Returns kv_cache."""
+    (int32/int64, −1 skipped; a slot outside [0, num_blocks · block_size) is skipped too, or raises
+    with ASCENDKIT_CHECK_INDICES=1). Token rows may be strided. Returns kv_cache."""
     scale = _unit_scale(kv_c) if scale is None else scale
     concat_and_cache_mla_op(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype, scale)
     return kv_cache

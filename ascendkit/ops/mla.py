@@ -21,8 +21,8 @@ def _validate(out: torch.Tensor, query: torch.Tensor, kv_cache: torch.Tensor, bl
     if not 0 < kv_lora_rank < dim:
         raise ValueError(f"kv_lora_rank: must be in (0, {dim}) so the rope part is not empty, got {kv_lora_rank}")
     check_shape("out", out, (tokens, heads, kv_lora_rank), "[tokens, heads, kv_lora_rank]")
-    check_paged_batch("block_table", block_table, block_size, "seqused_k", seqused_k, tokens, cu_seqlens_q,
-                      max_seqlen_q, max_seqlen_k)
+    check_paged_batch("block_table", block_table, kv_cache.shape[0], block_size, "seqused_k", seqused_k, tokens,
+                      cu_seqlens_q, max_seqlen_q, max_seqlen_k)
     check_same_device(query=query, out=out, kv_cache=kv_cache, block_table=block_table,
                       cu_seqlens_q=cu_seqlens_q, seqused_k=seqused_k)
     check_same_dtype(query=query, kv_cache=kv_cache, out=out)
@@ -42,7 +42,9 @@ def mla_attention(query: torch.Tensor, kv_cache: torch.Tensor, block_table: torc
     [B, max_blocks] int32 (-1 padded), cu_seqlens_q [B+1] int32, seqused_k [B] int32 (context +
     new tokens; the new tokens are the last, causal bottom-right); max_seqlen_q / max_seqlen_k are
     host ints at least the longest new-token count / KV length (the CPU reference pads to them).
-    Returns out [T, H, L] in query's dtype (fp16/bf16/fp32); a sequence with no visible key gets 0."""
+    A block id outside [0, num_blocks) hides its keys (never read; ASCENDKIT_CHECK_INDICES=1
+    raises instead). Returns out [T, H, L] in query's dtype (fp16/bf16/fp32); a query with no
+    visible key gets 0."""
     out = torch.empty((*query.shape[:2], kv_lora_rank), dtype=query.dtype, device=query.device)
     mla_attention_op(out, query, kv_cache, block_table, cu_seqlens_q, seqused_k, max_seqlen_q, max_seqlen_k,
                      kv_lora_rank, scale)

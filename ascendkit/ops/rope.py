@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import torch
 
+from ascendkit.ops._indices import check_positions
 from ascendkit.ops._registry import register_op
 from ascendkit.ops._validate import FLOAT_DTYPES, INDEX_DTYPES, check_same_device, check_same_dtype, check_tensor
 
@@ -31,6 +32,7 @@ def _validate(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | 
     rot_dim = cos_sin_cache.shape[1]
     if rot_dim % 2 or not 0 < rot_dim <= head_size:
         raise ValueError(f"cos_sin_cache: rot_dim {rot_dim} must be even and in (0, head_size={head_size}]")
+    check_positions("positions", positions, cos_sin_cache.shape[0])
 
 
 ROTARY_EMBEDDING_SCHEMA = ("(Tensor positions, Tensor! query, Tensor!? key, int head_size, Tensor cos_sin_cache, "
@@ -44,6 +46,8 @@ def rotary_embedding(positions: torch.Tensor, query: torch.Tensor, key: torch.Te
     layouts, its own head count, or None) in place, at positions [T] (int32/int64).
     cos_sin_cache [max_position, rot_dim] = cat(cos, sin) (any float dtype; math in fp32).
     is_neox: rotate halves (x[:r/2], x[r/2:r]); False: interleaved pairs (GPT-J, DeepSeek).
-    Token rows may be strided; returns (query, key) for chaining."""
+    A token whose position is outside [0, max_position) is left unrotated: its query and key rows
+    are not touched (ASCENDKIT_CHECK_INDICES=1 raises instead). Token rows may be strided; returns
+    (query, key) for chaining."""
     rotary_embedding_op(positions, query, key, head_size, cos_sin_cache, is_neox)
     return query, key

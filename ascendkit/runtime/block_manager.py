@@ -80,8 +80,9 @@ class BlockManager:
         revived = sum(1 for b in hits if self.ref_counts[b] == 0)
         return hits, self.blocks_for(len(seq)) - len(hits) + revived
 
-    def can_allocate(self, seq: Sequence) -> bool:
-        return self._allocation_cost(seq)[1] <= len(self.free)
+    def can_allocate(self, seq: Sequence, reserve: int = 0) -> bool:
+        """Whether seq's blocks can be allocated with at least `reserve` blocks still free after."""
+        return self._allocation_cost(seq)[1] + reserve <= len(self.free)
 
     def allocate(self, seq: Sequence) -> Allocation:
         """Blocks for all of seq's tokens, reusing cached prefix blocks, and the number of tokens

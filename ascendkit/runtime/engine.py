@@ -25,8 +25,7 @@ class Engine:
         self.config = config
         model.allocate_kv_cache(config.num_kv_blocks, config.block_size, config.dtype, config.device)
         self.block_manager = BlockManager(config.num_kv_blocks, config.block_size, config.enable_prefix_caching)
-        self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, config.max_num_batched_tokens,
-                                   config.max_model_len)
+        self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, config.max_num_batched_tokens)
         self.sampler = Sampler(config.device, seed)
         graph_runner = None
         if config.graph != "off":

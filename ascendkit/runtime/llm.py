@@ -17,6 +17,7 @@ from ascendkit.runtime.model_interface import RuntimeModel, RuntimeModelConfig, 
 from ascendkit.runtime.outputs import CompletionOutput, RequestOutput
 from ascendkit.runtime.sampling_params import SamplingParams
 from ascendkit.runtime.sequence import Sequence
+from ascendkit.runtime.validation import check_requests
 
 Prompt = str | list[int]
 Conversation = list[dict]
@@ -46,7 +47,8 @@ class LLM:
     already loaded `ascendkit.model.LoadedModel`. dtype: torch dtype or name ("float32" on
     CPU). max_model_len: prompt + generated tokens per request (default: the model's
     max_position_embeddings). max_num_seqs: sequences per step; max_num_batched_tokens: tokens
-    per step (longer prompts are prefilled in chunks). block_size: tokens per KV block; the
+    per step (longer prompts are prefilled in chunks). block_size: tokens per KV block (default:
+    the platform's, 128 on NPU and 16 on CPU/CUDA: `platform.default_block_size`); the
     cache holds num_kv_blocks blocks, or as many as fit in kv_cache_memory bytes, or (default)
     90% of free NPU/CUDA memory / 1 GiB on CPU. graph: "auto" runs decode steps through the
     bucketed GraphRunner (captured NPU/CUDA graphs; eager static buffers on CPU), "off" runs
@@ -55,7 +57,7 @@ class LLM:
 
     def __init__(self, model="default", dtype: torch.dtype | str = torch.float32, device: str | None = None,
                  max_model_len: int | None = None, max_num_seqs: int = 32, max_num_batched_tokens: int = 2048,
-                 block_size: int = 16, num_kv_blocks: int | None = None, kv_cache_memory: int | None = None,
+                 block_size: int | None = None, num_kv_blocks: int | None = None, kv_cache_memory: int | None = None,
                  enable_prefix_caching: bool = True, graph: str = "auto", quantization: str | None = None,
                  seed: int = 0) -> None:
         from ascendkit import platform
@@ -65,6 +67,7 @@ class LLM:
             raise ValueError(f"graph: must be 'auto' or 'off', got {graph!r}")
         dtype = resolve_dtype(dtype)
         dev = torch.device(device) if device is not None else platform.default_device()
+        block_size = platform.default_block_size(dev) if block_size is None else block_size
         loaded = model if isinstance(model, LoadedModel) else load_model(model, dtype, dev, quantization)
         require(loaded.model, RuntimeModel, "model")
         require(loaded.config, RuntimeModelConfig, "model")
@@ -90,7 +93,16 @@ class LLM:
                  use_tqdm: bool = True) -> list[RequestOutput]:
         """prompts: a raw string (no chat template applied), a list of token ids, or a list of
         either; sampling_params: one for all or one per prompt. Returns one RequestOutput per
-        prompt, in input order."""
+        prompt, in input order.
+
+        Bad requests (as vLLM treats them; runtime/validation.py): before any request runs, a
+        ValueError naming the request's index and field for an empty prompt
+        (`prompts[i]`), a token id outside the vocabulary, a prompt of max_model_len tokens or
+        more, and invalid sampling params such as max_tokens < 1 or an empty stop string
+        (`sampling_params[i]: max_tokens: ...`). Generation that would run past max_model_len
+        stops there with finish_reason "length". A request needing more KV blocks than the
+        whole cache holds gets finish_reason "error" (and RequestOutput.error) while every other
+        request runs as it would alone."""
         if isinstance(prompts, str) or (isinstance(prompts, list) and prompts and isinstance(prompts[0], int)):
             prompts = [prompts]
         encoded = [self._encode(p, add_special_tokens=True) for p in prompts]
@@ -112,12 +124,7 @@ class LLM:
             if self.tokenizer is None:
                 raise ValueError("prompts: text prompts need a tokenizer; pass token ids")
             return self.tokenizer.encode(prompt, add_special_tokens=add_special_tokens)
-        ids = [int(t) for t in prompt]
-        vocab = self.model_config.vocab_size
-        bad = [t for t in ids if not 0 <= t < vocab]
-        if bad:
-            raise ValueError(f"prompts: token id {bad[0]} outside the vocabulary [0, {vocab})")
-        return ids
+        return [int(t) for t in prompt]
 
     def _run(self, prompts: list, encoded: list[list[int]], sampling_params, use_tqdm: bool) -> list[RequestOutput]:
         if sampling_params is None or isinstance(sampling_params, SamplingParams):
@@ -126,6 +133,8 @@ class LLM:
             params = list(sampling_params)
             if len(params) != len(encoded):
                 raise ValueError(f"sampling_params: {len(params)} given for {len(encoded)} prompts")
+        check_requests(encoded, params, vocab_size=self.model_config.vocab_size,
+                       max_model_len=self.config.max_model_len, has_tokenizer=self.tokenizer is not None)
         start, steps, preemptions = time.perf_counter(), self.engine.num_steps, self.engine.scheduler.num_preemptions
         seqs = [self.engine.add(ids, p, prompt if isinstance(prompt, str) else None)
                 for prompt, ids, p in zip(prompts, encoded, params)]

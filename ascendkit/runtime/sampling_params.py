@@ -35,12 +35,18 @@ class SamplingParams:
             self.stop = [self.stop]
         self.stop = list(self.stop or [])
         self.stop_token_ids = [int(t) for t in self.stop_token_ids]
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first invalid field. Runs at construction and again in
+        LLM.generate (the dataclass is mutable, so a field may have changed since)."""
         _check(isinstance(self.temperature, (int, float)) and self.temperature >= 0, "temperature", "must be >= 0")
         _check(0 < self.top_p <= 1, "top_p", "must be in (0, 1]")
         _check(isinstance(self.top_k, int), "top_k", "must be an int (<= 0 disables)")
         _check(0 <= self.min_p <= 1, "min_p", "must be in [0, 1]")
         _check(isinstance(self.max_tokens, int) and self.max_tokens >= 1, "max_tokens", "must be an int >= 1")
-        _check(all(isinstance(s, str) and s for s in self.stop), "stop", "must be non-empty strings")
+        _check(isinstance(self.stop, list) and all(isinstance(s, str) and s for s in self.stop), "stop",
+               "must be a list of non-empty strings")
         _check(self.repetition_penalty > 0, "repetition_penalty", "must be > 0")
         _check(-2 <= self.presence_penalty <= 2, "presence_penalty", "must be in [-2, 2]")
         _check(-2 <= self.frequency_penalty <= 2, "frequency_penalty", "must be in [-2, 2]")

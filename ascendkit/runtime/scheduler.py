@@ -7,8 +7,14 @@ a new KV block when none is free preempts the most recently admitted running seq
 blocks are freed, it goes back to the front of the queue and is recomputed later). Decodes come
 first, so a long prompt never starves them. (2) If nothing was preempted, waiting sequences are
 admitted in arrival order while the sequence cap, the budget and the free blocks allow; a prompt
-longer than the remaining budget is split across steps. A request that can never fit (prompt
->= max_model_len, or more blocks than the whole cache) is finished at once with an error.
+longer than the remaining budget is split across steps. A request needing more blocks than the
+whole cache is finished at once with an error (LLM.generate has already refused malformed ones).
+
+Admission keeps a watermark of free blocks (1 % of the cache, at least 1 — vLLM's default
+fraction): a new prefill is admitted only if that many blocks stay free after its allocation,
+so the running sequences can grow into the next block without preempting each other at once
+when the cache fills. With nothing running there is nobody to protect, so the watermark is
+waived: a request that needs nearly the whole cache still runs (alone).
 
 The scheduler owns the waiting queue and the running list and moves sequences between them
 through Sequence's own methods: it takes block ids from the BlockManager and hands them to the
@@ -22,6 +28,14 @@ from dataclasses import dataclass, field
 
 from ascendkit.runtime.block_manager import BlockManager
 from ascendkit.runtime.sequence import Sequence, SequenceStatus
+
+WATERMARK = 0.01  # share of the KV blocks admission leaves free for running sequences to grow
+
+
+def watermark_blocks(num_blocks: int) -> int:
+    """Free blocks admission keeps in reserve: WATERMARK of the cache, at least 1 (0 for a
+    one-block cache, which could otherwise never admit beside a running sequence)."""
+    return min(max(1, int(num_blocks * WATERMARK)), num_blocks - 1)
 
 
 @dataclass
@@ -44,26 +58,26 @@ class ScheduledBatch:
 
 class Scheduler:
     def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int,
-                 max_model_len: int) -> None:
+                 watermark: int | None = None) -> None:
+        """watermark: free blocks admission keeps (default watermark_blocks(num_blocks))."""
         if max_num_batched_tokens < max_num_seqs:
             raise ValueError(f"max_num_batched_tokens: {max_num_batched_tokens} < max_num_seqs {max_num_seqs}: "
                              "a full batch of decodes must fit in one step")
+        if watermark is None:
+            watermark = watermark_blocks(block_manager.num_blocks)
+        if not 0 <= watermark < block_manager.num_blocks:
+            raise ValueError(f"watermark: must be in [0, {block_manager.num_blocks}) blocks, got {watermark}")
         self.block_manager = block_manager
         self.max_num_seqs, self.max_num_batched_tokens = max_num_seqs, max_num_batched_tokens
-        self.max_model_len = max_model_len
+        self.watermark = watermark
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.num_preemptions = 0
 
     def add(self, seq: Sequence) -> bool:
-        """Queue seq, or finish it with finish_reason "error" if it can never run."""
+        """Queue seq, or finish it with finish_reason "error" if the whole cache cannot hold it."""
         blocks = self.block_manager.blocks_for(seq.max_len)
-        if seq.num_prompt_tokens == 0:
-            seq.finish("error", error="prompt is empty")
-        elif seq.num_prompt_tokens >= self.max_model_len:
-            seq.finish("error", error=f"prompt has {seq.num_prompt_tokens} tokens; max_model_len is "
-                       f"{self.max_model_len} (prompt plus at least one generated token)")
-        elif blocks > self.block_manager.num_blocks:
+        if blocks > self.block_manager.num_blocks:
             seq.finish("error", error=f"needs {blocks} KV blocks for {seq.max_len} tokens; the whole cache has "
                        f"{self.block_manager.num_blocks}")
         else:
@@ -98,7 +112,7 @@ class Scheduler:
                 budget -= n
         while not preempted and self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
-            if not self.block_manager.can_allocate(seq):
+            if not self.block_manager.can_allocate(seq, reserve=self.watermark if self.running else 0):
                 break
             self.waiting.popleft()
             seq.assign_blocks(*self.block_manager.allocate(seq))

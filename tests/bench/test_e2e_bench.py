@@ -23,6 +23,7 @@ def test_e2e_quick_against_hf_prints_ratios(tmp_path, capsys):
         assert set(row["ttft_ms"]) == set(row["tpot_ms"]) == {"p50", "p90", "p99"}
         assert row["output_tokens"] == record["num_prompts"] * record["output_len"]  # EOS ignored
     assert record["rows"][0]["ours_over_this"] == 1.0
+    assert record["num_preemptions"] == 0  # the default cache holds max_num_seqs full-length sequences
     assert record["rows"][1]["token_agreement_with_ours"] is not None
     roof = record["roof"]
     assert roof["params"] > 100e6 and roof["gemm_gflops"] > 0 and roof["roof_tok_s"] > 0

@@ -5,8 +5,9 @@ import pytest
 import torch
 
 from ascendkit.kernels import attention_paged
+from guarded import guarded, guards_intact, inner
 from opchecks import kernel_path
-from ops._attention import make_paged_batch, paged_formula
+from ops._attention import corrupt_table, make_paged_batch, paged_formula
 from tolerances import assert_close
 
 OPS = torch.ops.ascend
@@ -85,3 +86,27 @@ def test_default_launch_splits_and_matches(triton_path):
         expect = torch.empty_like(query)
         OPS.paged_attention(expect, query, kc, vc, table, seq_lens, 0.25, 0.0, 0)
     assert_close(out, expect)
+
+
+@pytest.mark.parametrize("softcap,window", [(0.0, 0), (5.0, 30)])
+def test_bad_block_ids_hide_their_keys(softcap, window):
+    # Caches between NaN guard blocks: a bad id read as a block (num_blocks, num_blocks + 1, -1,
+    # -2) would bring NaN into the output; the last sequence has no valid block at all (out 0).
+    kv_lens = [40, 17, 300, 33, 20]
+    query, kc, vc, table, _, seq_lens = make_paged_batch([1] * 5, kv_lens, 4, 2, 32, 16)
+    table = corrupt_table(table, kv_lens, 16, kc.shape[0])
+    kbuf, vbuf = guarded(kc), guarded(vc)
+    formula = paged_formula(query, kc, vc, table, [1] * 5, kv_lens, 0.25, softcap, window)
+    with kernel_path("reference"):
+        expect = torch.full_like(query, float("nan"))
+        OPS.paged_attention(expect, query, inner(kbuf), inner(vbuf), table, seq_lens, 0.25, softcap, window)
+    outs = [expect]
+    for num_splits in (1, 4):
+        out = torch.full_like(query, float("nan"))
+        attention_paged.paged_attention(out, query, inner(kbuf), inner(vbuf), table, seq_lens, 0.25, softcap, window,
+                                        num_splits)
+        outs.append(out)
+    assert guards_intact(kbuf) and guards_intact(vbuf)
+    for out in outs:
+        assert not out.isnan().any() and (out[-1] == 0).all()
+        torch.testing.assert_close(out.double(), formula, rtol=1e-5, atol=1e-5)

@@ -5,8 +5,9 @@ gate of the attention kernels: tests/lowering/; opcheck / torch.compile on both 
 import pytest
 import torch
 
+from guarded import guarded, guards_intact, inner
 from opchecks import kernel_path
-from ops._attention import make_paged_batch, paged_formula
+from ops._attention import corrupt_table, make_paged_batch, paged_formula
 from tolerances import assert_close
 
 OPS = torch.ops.ascend
@@ -52,7 +53,7 @@ def test_gqa_and_dtypes(dtype, heads, kv_heads):
     assert (out[int(cu[3]):int(cu[4])] == 0).all()
 
 
-@pytest.mark.parametrize("head_size,block_size", [(64, 64), (80, 16), (128, 128), (256, 64)])
+@pytest.mark.parametrize("head_size,block_size", [(64, 64), (80, 16), (128, 128), (256, 64), (32, 48)])
 def test_head_and_block_sizes(head_size, block_size):
     check([2, 1, 5], [17, 130, 5], 4, 2, head_size, block_size, torch.float16)
 
@@ -80,6 +81,16 @@ def test_mixed_batch_with_long_context():
     check([1, 129, 17, 1, 64], [1000, 129, 300, 1, 1064], 5, 1, 16, 64)
 
 
+
+def test_query_blocks_found_by_token_index():
+    # Work items are global query blocks (num_tokens // BLOCK_Q + num_seqs of them) whose sequence
+    # the kernel finds by binary search over cu_seqlens_q: a long chunk at an unaligned offset,
+    # many decodes, and empty sequences first, between and last (16-token blocks at group 2).
+    q_lens = [0, 1, 37, 1, 1, 0, 1, 20, 1, 1, 1, 16, 1, 0, 9, 1, 0]
+    kv_lens = [3, 40, 50, 1, 17, 8, 33, 20, 2, 64, 5, 16, 100, 0, 30, 7, 9]
+    out, cu = check(q_lens, kv_lens, 4, 2, 16, 16)
+    assert out.shape[0] == sum(q_lens)
+
 @pytest.mark.parametrize("softcap,window", [(30.0, 0), (0.0, 5), (5.0, 40)])
 def test_softcap_and_sliding_window(softcap, window):
     check([3, 1, 9], [19, 70, 9], 8, 2, 32, 16, softcap=softcap, window=window)
@@ -102,3 +113,23 @@ def test_oversized_query_tile_is_refused_on_the_kernel_path(triton_path):
     with pytest.raises(ValueError, match=r"^query\b"):
         OPS.paged_attention(out[:2], query[:2], kc, vc, table, seqused, 0.0625, 0.0, 0)
     assert (out == 7.0).all()
+
+
+@pytest.mark.parametrize("softcap,window", [(0.0, 0), (5.0, 12)])
+def test_bad_block_ids_hide_their_keys(softcap, window):
+    # Chunked prefill, decode and prefill-from-scratch sequences whose tables hold bad ids of each
+    # kind inside their lengths; the caches sit between NaN guard blocks, so a bad id read as a
+    # block would bring NaN into the output. The last sequence has no valid block: its rows are 0.
+    q_lens, kv_lens = [3, 1, 7, 2, 5], [19, 33, 7, 40, 20]
+    query, kc, vc, table, cu, seqused = make_paged_batch(q_lens, kv_lens, 4, 2, 32, 16)
+    table = corrupt_table(table, kv_lens, 16, kc.shape[0])
+    kbuf, vbuf = guarded(kc), guarded(vc)
+    formula = paged_formula(query, kc, vc, table, q_lens, kv_lens, 0.25, softcap, window)
+    for path in ("reference", "triton"):
+        out = torch.full_like(query, float("nan"))
+        with kernel_path(path):
+            OPS.unified_attention(out, query, inner(kbuf), inner(vbuf), table, cu, seqused, 7, 40, 0.25, softcap,
+                                  window)
+        assert guards_intact(kbuf) and guards_intact(vbuf), path
+        assert not out.isnan().any() and (out[int(cu[-2]):] == 0).all(), path
+        torch.testing.assert_close(out.double(), formula, rtol=1e-5, atol=1e-5)

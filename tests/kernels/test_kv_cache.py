@@ -6,6 +6,7 @@ import copy
 import pytest
 import torch
 
+from guarded import guarded, guards_intact, inner
 from opchecks import kernel_path
 
 FLASH = torch.ops.ascend.reshape_and_cache_flash
@@ -162,3 +163,46 @@ def test_mla_offsets_past_2_31_elements(triton_path):
     assert torch.equal(cache[32767, 127], torch.cat((kv_c[0], k_pe[0])))
     assert torch.equal(cache[32766, 126], torch.cat((kv_c[1], k_pe[1])))
     assert cache[-2:].isnan().sum() == cache[-2:].numel() - 2 * 576
+
+
+def _bad_slots(tokens: int, num_blocks: int, block_size: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """(slots with out-of-range entries of each kind mixed in, the same with those entries -1)."""
+    capacity = num_blocks * block_size
+    slots = _slots(tokens, num_blocks, block_size, torch.int64)
+    # Too large by one, by a block and a bit (both land in the guard blocks); negative but not -1.
+    bad = torch.tensor([capacity, capacity + block_size + 3, -2, -block_size - 1])
+    slots[2:2 + 4 * 2:2] = bad
+    clean = slots.where((slots >= 0) & (slots < capacity), -1)
+    return slots.to(dtype), clean.to(dtype)
+
+
+@pytest.mark.parametrize("slot_dtype", [torch.int32, torch.int64])
+def test_flash_out_of_range_slots_skipped(slot_dtype):
+    tokens, blocks, block_size, heads, dim = 13, 3, 16, 2, 32
+    key, value = torch.randn(tokens, heads, dim), torch.randn(tokens, heads, dim)
+    slots, clean = _bad_slots(tokens, blocks, block_size, slot_dtype)
+    expect = [_nan_cache(blocks, block_size, heads, dim, dtype=torch.float32) for _ in range(2)]
+    with kernel_path("reference"):  # the in-range subset alone
+        FLASH(key, value, *expect, clean, "auto", ONE, ONE)
+    for path in ("reference", "triton"):
+        bufs = [guarded(_nan_cache(blocks, block_size, heads, dim, dtype=torch.float32)) for _ in range(2)]
+        with kernel_path(path):
+            FLASH(key, value, inner(bufs[0]), inner(bufs[1]), slots, "auto", ONE, ONE)
+        for buf, exp in zip(bufs, expect):
+            assert guards_intact(buf), path
+            torch.testing.assert_close(inner(buf), exp, rtol=0, atol=0, equal_nan=True)
+
+
+def test_mla_out_of_range_slots_skipped():
+    tokens, blocks, block_size = 11, 2, 16
+    kv_c, k_pe = torch.randn(tokens, 48), torch.randn(tokens, 16)
+    slots, clean = _bad_slots(tokens, blocks, block_size, torch.int64)
+    expect = _nan_cache(blocks, block_size, 64, dtype=torch.float32)
+    with kernel_path("reference"):
+        MLA(kv_c, k_pe, expect, clean, "auto", ONE)
+    for path in ("reference", "triton"):
+        buf = guarded(_nan_cache(blocks, block_size, 64, dtype=torch.float32))
+        with kernel_path(path):
+            MLA(kv_c, k_pe, inner(buf), slots, "auto", ONE)
+        assert guards_intact(buf), path
+        torch.testing.assert_close(inner(buf), expect, rtol=0, atol=0, equal_nan=True)

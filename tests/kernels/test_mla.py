@@ -3,8 +3,11 @@ plus the FlashMLA-style cosine check against an independent fp64 formula."""
 import pytest
 import torch
 
+from guarded import guarded, guards_intact, inner
 from opchecks import kernel_path, run_both
+from ops._attention import corrupt_table
 from ops.test_mla import cos_diff, independent_mla, make_batch
+from tolerances import assert_close
 
 import ascendkit.kernels.mla as mla_kernels
 
@@ -50,6 +53,14 @@ def test_deepseek_latent_128_heads():  # ~1.5 s in the interpreter: no need to m
     _run([2, 1], [70, 33], heads=128, lora=512, rope=64, block_size=64, dtype=torch.bfloat16)
 
 
+
+@pytest.mark.parametrize("heads", [20, 80])
+def test_head_tiles_with_padding_rows(heads):
+    # block_h_for takes up to 64 heads at L=128: 20 heads pad a 32-row tile, 80 leave a second
+    # tile of 16 heads in 64 rows; padding rows must never be stored (a 128-key block: 128-key steps).
+    assert mla_kernels.block_h_for(128, heads) == (32 if heads == 20 else 64)
+    _run(*CASES["mixed"], heads=heads, lora=128, rope=32, block_size=128, dtype=torch.float16)
+
 def test_block_size_not_a_power_of_two():  # 48: keys are stepped 16 at a time within a block
     _run(*CASES["mixed"], heads=16, lora=128, rope=32, block_size=48, dtype=torch.float32)
 
@@ -88,3 +99,32 @@ def test_kernel_cosine_vs_independent_fp32():
     expect = independent_mla(query, cache, table, cu, seqused, 512, 0.1147)
     assert cos_diff(out, expect) < 1e-5 and not out.isnan().any()
     assert (out[9] == 0).all()  # the sequence with no keys
+
+
+def test_kernel_576_wide_fp32_elementwise_vs_independent():
+    """The real MLA width (512 latent + 64 rope) in fp32, element by element within the one
+    table's fp32 tolerance, against the independent fp64 formula (not only cosine distance)."""
+    query, cache, table, cu, seqused = make_batch([3, 1, 5, 1], [19, 33, 5, 0], 16, 512, 64, 16)
+    out = torch.empty(10, 16, 512)
+    with kernel_path("triton"):
+        OPS.mla_attention(out, query, cache, table, cu, seqused, 5, 33, 512, 0.1147)
+    expect = independent_mla(query, cache, table, cu, seqused, 512, 0.1147)
+    assert_close(out, expect.to(torch.float32))
+
+
+@pytest.mark.parametrize("q_lens,kv_lens", [CASES["mixed"], CASES["long"]])  # unsplit and split-KV
+def test_bad_block_ids_hide_their_keys(q_lens, kv_lens):
+    # Bad ids of each kind inside the sequences' lengths, the latent cache between NaN guard
+    # blocks; the last sequence with keys has no valid block, so its rows are 0.
+    query, cache, table, cu, seqused = make_batch(q_lens, kv_lens, 16, 128, 32, 16)
+    table = corrupt_table(table, kv_lens, 16, cache.shape[0])
+    buf = guarded(cache)
+    expect = independent_mla(query, cache, table, cu, seqused, 128, 0.1)
+    last = max(b for b, k in enumerate(kv_lens) if k)
+    for path in ("reference", "triton"):
+        out = torch.full((query.shape[0], 16, 128), float("nan"))
+        with kernel_path(path):
+            OPS.mla_attention(out, query, inner(buf), table, cu, seqused, max(q_lens), max(kv_lens), 128, 0.1)
+        assert guards_intact(buf), path
+        assert not out.isnan().any() and (out[int(cu[last]):int(cu[last + 1])] == 0).all(), path
+        torch.testing.assert_close(out.double(), expect, rtol=1e-5, atol=1e-5)

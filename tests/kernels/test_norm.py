@@ -2,10 +2,13 @@
 import pytest
 import torch
 
+from ascendkit.kernels.norm import block_for, max_rows_for, rows_for
 from opchecks import run_both
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
-HIDDEN = [8, 576, 769, 4096, 5125, 8192]
+# Under the interpreter's 4-program grid 83 rows of a narrow width run as 4-16-row tiles with a
+# partial last group; 3072 with a residual runs unmasked 1024-wide chunks, 5125 masked ones.
+HIDDEN = [8, 576, 769, 3072, 4096, 5125, 8192]
 
 
 def _rows(tokens: int, hidden: int, dtype: torch.dtype, strided: bool) -> torch.Tensor:
@@ -49,3 +52,24 @@ def test_fused_add_rms_norm_token_counts(tokens):
     x = torch.randn(tokens, 576, dtype=torch.bfloat16)
     residual = torch.randn(tokens, 576, dtype=torch.bfloat16)
     run_both(torch.ops.ascend.fused_add_rms_norm, [x, residual, torch.randn(576, dtype=torch.bfloat16), 1e-5], mutated=[0, 1])
+
+
+@pytest.mark.parametrize("hidden,has_residual,n_rows,cores,expect", [
+    (576, False, 2048, 40, 4),  # a 4 x 1024 tile: the 4096-element budget
+    (576, True, 2048, 40, 2),
+    (576, False, 32, 40, 1),  # a decode batch keeps one row per vector core
+    (576, False, 100, 40, 2),  # 50 groups still cover 40 cores; 25 would not
+    (2048, False, 4096, 40, 2),
+    (4096, False, 4096, 40, 1),
+    (7168, True, 4096, 40, 1),  # chunked rows go one at a time
+])
+def test_rows_per_tile(hidden, has_residual, n_rows, cores, expect):
+    rows = rows_for(hidden, has_residual, n_rows, cores)
+    assert rows == expect
+    assert rows <= max_rows_for(hidden, has_residual)  # the gate lowers max_rows_for's tile
+
+
+@pytest.mark.parametrize("hidden,has_residual,expect", [(7168, False, 1024), (3072, True, 1024), (8192, False, 2048),
+                                                         (5125, False, 2048), (2048, True, 2048), (576, False, 1024)])
+def test_chunks_divide_the_width(hidden, has_residual, expect):
+    assert block_for(hidden, has_residual) == expect

@@ -3,6 +3,7 @@ scales and zero points must match exactly: both divide in fp32 and round half to
 import pytest
 import torch
 
+from ascendkit.kernels.quant import block_for
 from opchecks import run_both
 
 OPS = torch.ops.ascend
@@ -19,7 +20,8 @@ def _rows(tokens, hidden, dtype, strided):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("hidden", [8, 769, 9000])  # one block; one padded block; two-pass chunks
+# one block; one padded block; unmasked 512-wide chunks; masked 1024-wide chunks
+@pytest.mark.parametrize("hidden", [8, 769, 1536, 9000])
 @pytest.mark.parametrize("asym", [False, True])
 def test_dynamic(dtype, hidden, asym):
     x = _rows(7, hidden, dtype, strided=hidden == 769)
@@ -29,7 +31,7 @@ def test_dynamic(dtype, hidden, asym):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("hidden", [8, 769, 9000])
+@pytest.mark.parametrize("hidden", [8, 769, 1536, 9000])
 @pytest.mark.parametrize("with_azp", [False, True])
 def test_static(dtype, hidden, with_azp):
     x = _rows(7, hidden, dtype, strided=hidden == 8)
@@ -62,3 +64,9 @@ def test_dynamic_3d_and_many_tokens():
     x = torch.randn(3, 41, 576, dtype=torch.float16)
     run_both(OPS.dynamic_scaled_int8_quant, [torch.empty(3, 41, 576, dtype=torch.int8), x, torch.empty(3, 41, 1), None],
              mutated=[0, 1, 2], **EXACT)
+
+
+@pytest.mark.parametrize("hidden,expect", [(1024, 1024), (7168, 1024), (1536, 512), (18432, 1024), (11008, 1024), (9000, 1024)])
+def test_chunks_divide_the_width(hidden, expect):
+    # 11008 = 43 x 256 and 9000 have no chunk of 512 or more that divides them: masked 1024 chunks
+    assert block_for(hidden) == expect

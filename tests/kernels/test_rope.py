@@ -3,7 +3,8 @@ import pytest
 import torch
 
 from ascendkit.model.layers.rope_scaling import build_cos_sin_cache
-from opchecks import run_both
+from guarded import guarded, guards_intact, inner
+from opchecks import kernel_path, run_both
 
 OP = torch.ops.ascend.rotary_embedding
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -75,3 +76,28 @@ def test_rope_padded_head_stride():
         OP(positions, buf[:, :3, :64], buf[:, 3:, :64], 64, cache, True)
 
     run_both(op, [_positions(7), buf, _cache(32)], mutated=[1])
+
+
+@pytest.mark.parametrize("is_neox", [True, False])
+@pytest.mark.parametrize("pos_dtype", [torch.int32, torch.int64])
+def test_rope_out_of_range_positions_leave_tokens_unrotated(is_neox, pos_dtype):
+    # The cos/sin cache sits between NaN guard rows: a token whose position is past the end (by 0
+    # or 1) or negative (-1 included: it is no padding marker here) would read NaN from them.
+    rows, tokens = 64, 9
+    positions = torch.randint(0, rows, (tokens,))
+    bad = torch.tensor([1, 3, 4, 7])
+    positions[bad] = torch.tensor([rows, rows + 1, -1, -2])
+    good = torch.tensor([t for t in range(tokens) if t not in bad.tolist()])
+    q, k = torch.randn(tokens, 4, 64), torch.randn(tokens, 2, 64)
+    buf = guarded(_cache(32)[:rows])
+    expect_q, expect_k = q[good].clone(), k[good].clone()
+    with kernel_path("reference"):  # the in-range subset alone
+        OP(positions[good].to(pos_dtype), expect_q, expect_k, 64, inner(buf), is_neox)
+    for path in ("reference", "triton"):
+        got_q, got_k = q.clone(), k.clone()
+        with kernel_path(path):
+            OP(positions.to(pos_dtype), got_q, got_k, 64, inner(buf), is_neox)
+        assert guards_intact(buf) and not got_q.isnan().any() and not got_k.isnan().any(), path
+        assert torch.equal(got_q[bad], q[bad]) and torch.equal(got_k[bad], k[bad]), path
+        torch.testing.assert_close(got_q[good], expect_q, rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(got_k[good], expect_k, rtol=1e-6, atol=1e-6)

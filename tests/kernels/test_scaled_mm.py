@@ -6,6 +6,7 @@ output dtype's tolerance (in practice bit for bit)."""
 import pytest
 import torch
 
+from ascendkit.kernels.scaled_mm import tile_shapes, tiles_for
 from opchecks import kernel_path, run_both
 
 OPS = torch.ops.ascend
@@ -59,8 +60,7 @@ def test_scaled_mm_m_range(m):
     run_both(OPS.scaled_mm, [torch.empty(m, 40, dtype=torch.bfloat16), a, w.t(), torch.rand(m, 1), torch.rand(40), None], mutated=[0])
 
 
-# M <= 64 runs the fused kernel (the first three issue shapes), larger M quantizes first and then
-# runs the int8 GEMM (200 and 512 rows).
+# The launcher quantizes the activations (quant kernel), then runs the int8 GEMM, at every M.
 @pytest.mark.parametrize("m,k,n,dtype", [*GEMM_SHAPES, (200, 300, 130, torch.float16)])
 @pytest.mark.parametrize("static", [False, True])
 def test_w8a8_linear(m, k, n, dtype, static):
@@ -76,3 +76,43 @@ def test_w8a8_linear_3d_strided_input_and_column_scale():
     run_both(OPS.w8a8_linear, args, mutated=[])
     with kernel_path("triton"):
         assert OPS.w8a8_linear(*args).shape == (2, 9, 33)
+
+
+@pytest.mark.parametrize("m,n,cores,k_contiguous,expect", [
+    (1, 4096, 24, True, (16, 256)),  # 16 tiles in one wave, not 32 tiles in two (the second 8 busy)
+    (1, 1024, 20, True, (16, 64)),  # 16 busy cores rather than 4
+    (1, 6144, 20, True, (16, 256)),  # 2 waves of 256 columns against 3 of 128: a tie, the larger wins
+    (2048, 4096, 20, True, (128, 256)),
+    (2048, 4096, 20, False, (128, 128)),  # a row-major b's 128x256 tile overflows the UB budget
+    (33, 496, 4, True, (64, 128)),
+])
+def test_tiles_fill_the_cube_cores(m, n, cores, k_contiguous, expect):
+    block_m, block_n, block_k = tiles_for(m, n, cores, k_contiguous)
+    assert (block_m, block_n) == expect
+    assert (block_m, block_n, block_k) in tile_shapes(k_contiguous)  # the gate lowers exactly these
+
+
+def _fp32_sequential(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a @ b with an fp32 running sum over k, one rounding per addition (what an fp32
+    accumulator would do in k order)."""
+    acc = torch.zeros(a.shape[0], b.shape[1])
+    for k in range(a.shape[1]):
+        acc += a[:, k:k + 1].float() * b[k].float()
+    return acc
+
+
+def test_scaled_mm_int32_accumulator_exact_past_2_pow_24(triton_path):
+    """|acc| ~ 2048 * 113^2 ~ 2.6e7 > 2^24, where fp32 holds only even integers: products of
+    odd magnitude make every fp32 running sum round, so an fp32 accumulator would be off (the
+    sequential one by a computed amount) while int32 is exact before the one final rounding."""
+    m, k, n = 4, 2048, 24
+    sign = torch.tensor([1, -1, 1, -1], dtype=I8)[:, None]
+    a = torch.randint(100, 128, (m, k), dtype=I8) * sign
+    w = torch.randint(100, 128, (n, k), dtype=I8)
+    exact = a.long() @ w.long().t()
+    assert exact.abs().min() > 2 ** 24
+    fp32_error = (_fp32_sequential(a, w.t()).double() - exact.double()).abs()
+    assert (fp32_error > 0).float().mean() > 0.9  # the premise: fp32 accumulation is not exact here
+    out = torch.empty(m, n)
+    OPS.scaled_mm(out, a, w.t(), torch.ones(1), torch.ones(1), None)
+    assert torch.equal(out, exact.to(torch.float32))  # int32 sum, one int -> fp32 rounding

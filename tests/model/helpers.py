@@ -58,18 +58,30 @@ def hf_logits(hf_model, ids: list[int]) -> torch.Tensor:
 def save_tiny(hf_config, directory, seed: int = 0, randomize_norms: bool = False):
     """Random-weight HF model from a config, saved as safetensors; returns the HF model (eval).
     randomize_norms: fill every norm weight with random values (HF initialises them to a
-    constant, which would hide a wrong norm weight convention)."""
+    constant, which would hide a wrong or swapped norm weight)."""
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(hf_config, attn_implementation="eager").float().eval()
     if randomize_norms:
-        with torch.no_grad():
-            for name, param in model.named_parameters():
-                if name.endswith("norm.weight"):
-                    param.uniform_(-0.5, 0.5)
+        randomize_norm_weights(model)
     model.save_pretrained(directory)
     return model
+
+
+def randomize_norm_weights(model: torch.nn.Module) -> list[str]:
+    """Fill the weight of every norm module (input/post-attention, q/k, q_a/kv_a, final, ...) with
+    distinct random values, so a swapped or misapplied norm changes the output. Returns the
+    parameter names it filled; refuses a model with no norm (the match would be vacuous)."""
+    names = [f"{prefix}.weight" for prefix, module in model.named_modules()
+             if type(module).__name__.endswith(("RMSNorm", "LayerNorm")) and getattr(module, "weight", None) is not None]
+    if not names:
+        raise ValueError(f"model: no norm modules found in {type(model).__name__}")
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for name in names:
+            params[name].uniform_(-0.5, 0.5)
+    return names
 
 
 def check_parity(ours, hf_model, prompts: list[list[int]], decode_steps: int, atol: float) -> float:

@@ -35,6 +35,8 @@ def test_architecture_quirks():
 
 @pytest.mark.parametrize("raw, message", [
     ({"architectures": ["GPT2LMHeadModel"]}, "unknown architecture 'GPT2LMHeadModel'"),
+    ({"architectures": ["Gemma3ForConditionalGeneration"]},
+     "architecture 'Gemma3ForConditionalGeneration': Gemma 3 with its vision tower"),
     ({}, "no 'architectures'"),
     ({"architectures": ["LlamaForCausalLM"], "hidden_act": "gelu"}, "hidden_act 'gelu'"),
     ({"architectures": ["Gemma3ForCausalLM"], "hidden_activation": "relu"}, "hidden_activation 'relu'"),

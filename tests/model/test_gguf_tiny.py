@@ -21,7 +21,7 @@ def _llama_cpp_permute(w: np.ndarray, heads: int) -> np.ndarray:
     return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def _write_gguf(hf_model, path, vocab: int, merges=("a b",)) -> None:
+def _write_gguf(hf_model, path, vocab: int, merges=("a b",), rope_freqs: bool = False) -> None:
     import gguf
 
     writer = gguf.GGUFWriter(str(path), "llama")
@@ -42,6 +42,8 @@ def _write_gguf(hf_model, path, vocab: int, merges=("a b",)) -> None:
     writer.add_bos_token_id(vocab - 2)
     writer.add_eos_token_id(vocab - 1)
     writer.add_chat_template("{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    if rope_freqs:  # Llama 3.1-style per-frequency rope factors, one per rotated pair
+        writer.add_tensor("rope_freqs.weight", np.ones(HIDDEN // HEADS // 2, dtype=np.float32))
     for name, tensor in hf_model.state_dict().items():
         w = tensor.float().numpy()
         if name == "model.embed_tokens.weight":
@@ -78,6 +80,7 @@ def tiny_gguf(tmp_path_factory):
     hf_model = save_tiny(cfg, tmp / "hf")
     _write_gguf(hf_model, tmp / "tiny.gguf", 96)
     _write_gguf(hf_model, tmp / "bad_merges.gguf", 96, merges=("a zz",))
+    _write_gguf(hf_model, tmp / "rope_freqs.gguf", 96, rope_freqs=True)
     hf = AutoModelForCausalLM.from_pretrained(str(tmp), gguf_file="tiny.gguf", dtype=torch.float32).eval()
     return tmp / "tiny.gguf", hf
 
@@ -107,6 +110,13 @@ def test_inconsistent_tokenizer_metadata_names_the_file(tiny_gguf):
     path, _ = tiny_gguf
     with pytest.raises(ValueError, match=r"bad_merges\.gguf: tokenizer metadata is inconsistent"):
         load_model(str(path.parent / "bad_merges.gguf"))
+
+
+def test_rope_freqs_tensor_is_refused(tiny_gguf):
+    path, _ = tiny_gguf
+    with pytest.raises(ValueError, match=r"rope_freqs\.gguf: tensor 'rope_freqs\.weight' \(per-frequency rope factors\) "
+                       "is not supported"):
+        load_model(str(path.parent / "rope_freqs.gguf"))
 
 
 def test_rope_scaling_metadata():

@@ -30,7 +30,7 @@ CASES = {
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_parity_with_hf(case, tmp_path):
-    hf = save_tiny(CASES[case], tmp_path)
+    hf = save_tiny(CASES[case], tmp_path, randomize_norms=True)
     ours = load_model(str(tmp_path)).model
     check_parity(ours, hf, PROMPTS, decode_steps=6, atol=ATOL)
 
@@ -43,7 +43,7 @@ def test_qwen2_bias_is_loaded(tmp_path):
 
 def test_chunked_prefill_mixed_with_decode(tmp_path):
     """Sequence 0 prefills in two chunks while sequence 1 prefills and then decodes beside it."""
-    hf = save_tiny(CASES["llama_gqa_tied"], tmp_path)
+    hf = save_tiny(CASES["llama_gqa_tied"], tmp_path, randomize_norms=True)
     model = load_model(str(tmp_path)).model
     a, b = list(range(10, 31)), [4, 8, 15, 16, 23]
     driver = PagedDriver(model, 2)

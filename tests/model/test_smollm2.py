@@ -60,7 +60,8 @@ def test_config_from_gguf(ours):
 
 def test_logits_and_cached_decode_match_hf(ours, hf):
     tok = ours.tokenizer
-    prompt = tok.encode(tok.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}]))
+    prompt = tok.encode(tok.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}]),
+                        add_special_tokens=False)  # the template carries any special tokens, as in LLM.chat
     seq, logits = _greedy(ours.model, prompt, steps=8)
     full = hf_logits(hf, seq)
     assert (logits[0] - full[: len(prompt)]).abs().max().item() < ATOL
@@ -87,6 +88,7 @@ def test_w8a8_perplexity_and_greedy(ours):
     assert fp32_ppl < 20
     assert w8a8_ppl < fp32_ppl * PPL_RATIO, (fp32_ppl, w8a8_ppl)
     tok = ours.tokenizer
-    prompt = tok.encode(tok.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}]))
+    prompt = tok.encode(tok.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}]),
+                        add_special_tokens=False)  # the template carries any special tokens, as in LLM.chat
     seq, _ = _greedy(quantized, prompt, steps=8)
     assert "Paris" in tok.decode(seq[len(prompt):])

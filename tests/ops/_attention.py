@@ -26,11 +26,14 @@ def make_paged_batch(q_lens, kv_lens, heads, kv_heads, head_size, block_size, dt
     return query, key_cache, value_cache, table, cu, torch.tensor(kv_lens, dtype=torch.int32)
 
 
-def independent_attention(query, keys, values, q_lens, kv_lens, scale, softcap=0.0, window=0, causal=True):
-    """fp64, one sequence at a time. keys/values: a list of [kv_len, KVH, D] per sequence."""
+def independent_attention(query, keys, values, q_lens, kv_lens, scale, softcap=0.0, window=0, causal=True,
+                          key_ok=None):
+    """fp64, one sequence at a time. keys/values: a list of [kv_len, KVH, D] per sequence; key_ok
+    (a list of bool [kv_len], or None) hides the keys it marks False."""
     out = torch.zeros(query.shape, dtype=torch.float64)
     heads, start = query.shape[1], 0
-    for q_len, kv_len, k, v in zip(q_lens, kv_lens, keys, values):
+    key_ok = key_ok or [None] * len(kv_lens)
+    for q_len, kv_len, k, v, ok in zip(q_lens, kv_lens, keys, values, key_ok):
         rows = slice(start, start + q_len)
         start += q_len
         if q_len == 0 or kv_len == 0:
@@ -46,19 +49,48 @@ def independent_attention(query, keys, values, q_lens, kv_lens, scale, softcap=0
         hidden = (j > p_abs) if causal else torch.zeros(q_len, kv_len, dtype=torch.bool)
         if window > 0:
             hidden = hidden | (j <= p_abs - window)
+        if ok is not None:
+            hidden = hidden | ~ok[None, :]
         p = torch.softmax(s.masked_fill(hidden, float("-inf")), -1).nan_to_num(0.0)
         out[rows] = torch.einsum("hqk,khd->qhd", p, v)
     return out
 
 
+def paged_key_ok(table, kv_lens, num_blocks, block_size):
+    """Per sequence, bool [kv_len]: key j's block id is in [0, num_blocks) (else it is hidden)."""
+    return [torch.tensor([0 <= int(table[b, j // block_size]) < num_blocks for j in range(k)], dtype=torch.bool)
+            for b, k in enumerate(kv_lens)]
+
+
 def paged_keys(cache, table, kv_lens):
-    """Each sequence's rows of a paged cache, read slot by slot."""
-    block_size = cache.shape[1]
-    return [torch.stack([cache[int(table[b, j // block_size]), j % block_size] for j in range(k)])
-            if k else cache[:0, 0] for b, k in enumerate(kv_lens)]
+    """Each sequence's rows of a paged cache, read slot by slot; a row whose block id is outside
+    [0, num_blocks) is 0 (paged_key_ok hides it)."""
+    num_blocks, block_size = cache.shape[:2]
+
+    def row(b, j):
+        block = int(table[b, j // block_size])
+        return cache[block, j % block_size] if 0 <= block < num_blocks else torch.zeros_like(cache[0, 0])
+
+    return [torch.stack([row(b, j) for j in range(k)]) if k else cache[:0, 0] for b, k in enumerate(kv_lens)]
 
 
 def paged_formula(query, kc, vc, table, q_lens, kv_lens, scale, softcap=0.0, window=0):
-    """independent_attention over the rows of a paged cache."""
+    """independent_attention over the rows of a paged cache (keys in bad blocks hidden)."""
     return independent_attention(query, paged_keys(kc, table, kv_lens), paged_keys(vc, table, kv_lens), q_lens,
-                                 kv_lens, scale, softcap, window)
+                                 kv_lens, scale, softcap, window, key_ok=paged_key_ok(table, kv_lens, *kc.shape[:2]))
+
+
+def corrupt_table(table, kv_lens, block_size, num_blocks):
+    """A copy of table with bad block ids inside sequences' lengths, each kind in turn: num_blocks
+    and num_blocks + 1 (past the end), -2 and -1 (negative). The i-th sequence with keys gets one
+    at its block i (mod its block count); the last one gets them in every block, so its queries
+    see no key at all."""
+    kinds = [num_blocks, -2, num_blocks + 1, -1]
+    bad = table.clone()
+    with_keys = [b for b, k in enumerate(kv_lens) if k]
+    for i, b in enumerate(with_keys):
+        blocks = -(-kv_lens[b] // block_size)
+        cols = range(blocks) if b == with_keys[-1] else [i % blocks]
+        for j in cols:
+            bad[b, j] = kinds[(i + j) % len(kinds)]
+    return bad

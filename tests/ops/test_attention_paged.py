@@ -48,3 +48,23 @@ def test_bad_inputs():
     raises_naming(TypeError, "seq_lens", op, out, query, kc, vc, table, seqused.long(), scale, cap, win)
     raises_naming(ValueError, "block_tables", op, out, query, kc, vc, table.to("meta"), seqused, scale, cap, win)
     raises_naming(ValueError, "query", op, out, torch.randn(2, 16, 4).transpose(1, 2), kc, vc, table, seqused, scale, cap, win)
+
+
+@pytest.mark.parametrize("path", ["reference", "triton"])
+def test_check_indices_switch(path, monkeypatch):
+    out, query, kc, vc, table, seqused, scale, cap, win = _args()  # lengths 19 and 5: 2 and 1 blocks of 16
+    num_blocks = kc.shape[0]
+    monkeypatch.setenv("ASCENDKIT_KERNELS", path)
+    monkeypatch.setenv("ASCENDKIT_CHECK_INDICES", "1")
+    out.fill_(7.0)
+    for (b, j), bad in [((0, 1), num_blocks), ((1, 0), -1)]:
+        wrong = table.clone()
+        wrong[b, j] = bad
+        with pytest.raises(ValueError, match=rf"^block_tables: entry \[{b}, {j}\] is {bad}, outside \[0, {num_blocks}\)"):
+            OPS.paged_attention(out, query, kc, vc, wrong, seqused, scale, cap, win)
+    assert (out == 7.0).all()
+    padded = table.clone()
+    padded[1, 1:] = num_blocks + 5  # past sequence 1's length: never read, so accepted
+    OPS.paged_attention(out, query, kc, vc, padded, seqused, scale, cap, win)
+    monkeypatch.setenv("ASCENDKIT_CHECK_INDICES", "0")  # off: the bad block's keys are hidden, no error
+    OPS.paged_attention(out, query, kc, vc, wrong, seqused, scale, cap, win)

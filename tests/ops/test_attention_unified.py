@@ -101,3 +101,15 @@ def test_bad_input_writes_nothing(triton_path):
     with pytest.raises(ValueError):
         OPS.unified_attention(out, query, kc, vc, table[:1], cu, seqused, mq, mk, scale, cap, win)
     assert (out == 7.0).all()
+
+
+@pytest.mark.parametrize("path", ["reference", "triton"])
+def test_check_indices_switch(path, monkeypatch):
+    out, query, kc, vc, table, cu, seqused, mq, mk, scale, cap, win = _args()
+    monkeypatch.setenv("ASCENDKIT_KERNELS", path)
+    monkeypatch.setenv("ASCENDKIT_CHECK_INDICES", "1")
+    wrong = table.clone()
+    wrong[0, 0] = -3
+    with pytest.raises(ValueError, match=rf"^block_table: entry \[0, 0\] is -3, outside \[0, {kc.shape[0]}\)"):
+        OPS.unified_attention(out, query, kc, vc, wrong, cu, seqused, mq, mk, scale, cap, win)
+    OPS.unified_attention(out, query, kc, vc, table, cu, seqused, mq, mk, scale, cap, win)

@@ -30,19 +30,22 @@ def make_batch(q_lens, kv_lens, heads, lora, rope, block_size, dtype=torch.float
 
 
 def independent_mla(query, cache, table, cu, seqused, lora, scale):
-    """fp64, one sequence at a time: slots gathered row by row, mask = triu(kv_len - q_len + 1)."""
+    """fp64, one sequence at a time: slots gathered row by row, mask = triu(kv_len - q_len + 1),
+    and keys whose block id is outside [0, num_blocks) hidden."""
     out = torch.zeros(*query.shape[:2], lora, dtype=torch.float64)
-    block_size = cache.shape[1]
+    num_blocks, block_size = cache.shape[:2]
     for b in range(seqused.shape[0]):
         q0, q1, kv_len = int(cu[b]), int(cu[b + 1]), int(seqused[b])
         if kv_len == 0 or q1 == q0:
             continue
         slots = [(int(table[b, j // block_size]), j % block_size) for j in range(kv_len)]
-        keys = torch.stack([cache[blk, off] for blk, off in slots]).double()  # [S, L+R]
+        ok = torch.tensor([0 <= blk < num_blocks for blk, _ in slots])
+        keys = torch.stack([cache[blk, off] if 0 <= blk < num_blocks else torch.zeros_like(cache[0, 0])
+                            for blk, off in slots]).double()  # [S, L+R]
         q = query[q0:q1].double()  # [Q, H, L+R]
         s = torch.einsum("qhd,sd->hqs", q, keys) * scale
         masked = torch.triu(torch.ones(q1 - q0, kv_len, dtype=torch.bool), diagonal=kv_len - (q1 - q0) + 1)
-        p = torch.softmax(s.masked_fill(masked, float("-inf")), -1)
+        p = torch.softmax(s.masked_fill(masked | ~ok[None, :], float("-inf")), -1).nan_to_num(0.0)
         out[q0:q1] = torch.einsum("hqs,sl->qhl", p, keys[:, :lora])
     return out
 
@@ -144,3 +147,15 @@ def test_bad_input_writes_nothing(path, monkeypatch):
     with pytest.raises(ValueError, match="^kv_lora_rank"):
         OPS.mla_attention(*args)
     assert (args[0] == 7.0).all()
+
+
+@pytest.mark.parametrize("path", ["reference", "triton"])
+def test_check_indices_switch(path, monkeypatch):
+    out, query, cache, table, cu, seqused, mq, mk, lora, scale = _args()
+    monkeypatch.setenv("ASCENDKIT_KERNELS", path)
+    monkeypatch.setenv("ASCENDKIT_CHECK_INDICES", "1")
+    wrong = table.clone()
+    wrong[0, 0] = cache.shape[0]
+    with pytest.raises(ValueError, match=rf"^block_table: entry \[0, 0\] is {cache.shape[0]}, outside"):
+        OPS.mla_attention(out, query, cache, wrong, cu, seqused, mq, mk, lora, scale)
+    OPS.mla_attention(out, query, cache, table, cu, seqused, mq, mk, lora, scale)

@@ -120,3 +120,21 @@ def test_bad_input_writes_nothing(triton_path):
     with pytest.raises(TypeError):
         OPS.rotary_embedding(positions, q, k.half(), 64, cache, True)
     assert torch.equal(q, q0)
+
+
+@pytest.mark.parametrize("path", ["reference", "triton"])
+def test_check_indices_switch(path, monkeypatch):
+    positions, q, k, _, cache, _ = _args()
+    rows = cache.shape[0]
+    monkeypatch.setenv("ASCENDKIT_KERNELS", path)
+    monkeypatch.setenv("ASCENDKIT_CHECK_INDICES", "1")
+    q0 = q.clone()
+    for bad in (rows, -1):
+        wrong = positions.clone()
+        wrong[3] = bad
+        with pytest.raises(ValueError, match=rf"^positions: entry 3 is {bad}, outside \[0, {rows}\)"):
+            OPS.rotary_embedding(wrong, q, k, 64, cache, True)
+    assert torch.equal(q, q0)  # nothing rotated
+    OPS.rotary_embedding(positions, q, k, 64, cache, True)
+    monkeypatch.setenv("ASCENDKIT_CHECK_INDICES", "0")  # off: the token is left unrotated, no error
+    OPS.rotary_embedding(wrong, q, k, 64, cache, True)

@@ -1,6 +1,9 @@
 """`ascendkit generate` / `ascendkit demo` on the stub model (argument routing, output format,
-exit status) — the real embedded model runs in `make demo`."""
+exit status), the demo on the real embedded model, `ascendkit info`, and `ascendkit check-ascend`'s
+exit status (the gate itself runs in tests/lowering/test_gate.py)."""
 from __future__ import annotations
+
+import re
 
 import pytest
 
@@ -44,3 +47,41 @@ def test_demo_runs_chat_prompts(stub_llm, monkeypatch, capsys):
     assert cli.main(["demo", "--max-tokens", "4"]) == 0
     out = capsys.readouterr().out
     assert "### Hi" in out and "### Bye" in out and "2 requests" in out
+
+
+@pytest.mark.slow
+def test_demo_on_the_embedded_model(capsys):
+    """`make demo`'s command on SmolLM2 (8 tokens at most): every prompt completes, and the first
+    answer is its greedy tokens up to EOS (the same chat prompt's first greedy tokens are checked
+    against HF's in tests/model/test_smollm2.py)."""
+    assert cli.main(["demo", "--max-tokens", "8"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("### ") == 4 and out.count("finish_reason=") == 4 and "[error]" not in out
+    assert "4 requests" in out and " generated tokens in " in out
+    first = out.split("### What is the capital of France?\n")[1].split("\n\n")[0]
+    assert first == "The capital of France is Paris.\n[8 tokens, finish_reason=stop]"
+
+
+def test_info_lists_device_versions_and_ops(capsys):
+    import torch
+
+    from ascendkit.ops import REGISTERED
+
+    assert cli.main(["info"]) == 0
+    rows = dict(re.split(r"\s{2,}", line.strip(), maxsplit=1) for line in capsys.readouterr().out.splitlines())
+    assert rows["device"] == "cpu" and rows["torch"] == torch.__version__
+    assert set(rows["ops registered"].split(", ")) == set(REGISTERED) >= {"rms_norm", "scaled_mm", "mla_attention"}
+    assert any(key.startswith("peak: ") for key in rows)
+
+
+@pytest.mark.parametrize("ok, json_flag, status", [(True, False, 0), (False, False, 1), (False, True, 0)])
+def test_check_ascend_exit_status(monkeypatch, capsys, ok, json_flag, status):
+    """0 when every case passes, 1 when one fails; with --json always 0 (the caller judges)."""
+    from ascendkit.lowering import gate
+
+    report = gate.LoweringReport("case[x]", ok=ok, mix_mode="aiv", expect_mode="aiv", hivm_ok=True, ub_bytes=1024)
+    seen = []
+    monkeypatch.setattr(gate, "run_gate", lambda families, cases: seen.append(families) or [report])
+    assert cli.main(["check-ascend", "--family", "norm"] + (["--json"] if json_flag else [])) == status
+    out = capsys.readouterr().out
+    assert seen == [["norm"]] and ("case[x]" in out) and (("FAIL" in out) == (not ok and not json_flag))

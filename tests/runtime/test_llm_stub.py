@@ -1,7 +1,7 @@
 """LLM end to end on the deterministic stub model: every request's greedy output must equal the
 oracle (computed from the token history directly), whatever the batch composition, prefix
 caching, chunk size, cache size (preemption) or graph bucketing. Plus stop conditions, seeded
-sampling, logprobs, rejected requests, and a 300-request soak."""
+sampling and logprobs (bad requests: test_bad_requests.py; the soak: test_soak.py)."""
 from __future__ import annotations
 
 import random
@@ -135,17 +135,6 @@ def test_logprobs_are_the_models_log_softmax():
     assert out.cumulative_logprob == pytest.approx(3 * expected[0].item(), abs=1e-4)
 
 
-def test_requests_that_never_fit_error_while_others_finish():
-    llm = make_llm(max_model_len=64, num_kv_blocks=12)
-    prompts = [[1, 2, 3], [5] * 64, [2] * 30, [4, 4]]
-    params = [GREEDY, GREEDY, SamplingParams(temperature=0, max_tokens=30, ignore_eos=True), GREEDY]
-    outs = llm.generate(prompts, params, use_tqdm=False)
-    assert [o.outputs[0].finish_reason for o in outs] == ["length", "error", "error", "length"]
-    assert "max_model_len" in outs[1].error and "KV blocks" in outs[2].error
-    assert outs[0].outputs[0].token_ids == oracle_greedy([1, 2, 3], 24, eos=None)
-    assert outs[3].outputs[0].token_ids == oracle_greedy([4, 4], 24, eos=None)
-
-
 def test_chat_applies_template_and_metrics():
     llm = make_llm()
     conv = [{"role": "user", "content": "Hello"}]
@@ -172,25 +161,3 @@ def test_bad_arguments_name_the_argument():
         make_llm(graph="always")
     with pytest.raises(ValueError, match="^max_num_batched_tokens"):
         make_llm(max_num_seqs=16, max_num_batched_tokens=8)
-
-
-def test_soak_300_requests_small_cache():
-    llm = make_llm(max_num_seqs=24, max_num_batched_tokens=48, num_kv_blocks=40, max_model_len=128)
-    rng = random.Random(11)
-    prompts = mixed_prompts(300, seed=5)
-    params = []
-    for i in range(300):
-        if i % 3 == 0:
-            params.append(SamplingParams(temperature=1.0, top_p=0.9, max_tokens=rng.randrange(1, 40), seed=i))
-        else:
-            params.append(SamplingParams(temperature=0, max_tokens=rng.randrange(1, 40)))
-    outs = llm.generate(prompts, params, use_tqdm=False)
-    assert len(outs) == 300 and all(o.finished for o in outs)
-    for o, p, sp in zip(outs, prompts, params):
-        assert o.prompt_token_ids == p and o.outputs[0].finish_reason in ("stop", "length")
-        if sp.greedy:
-            assert o.outputs[0].token_ids == oracle_greedy(p, sp.max_tokens)
-    assert llm.last_stats.num_preemptions > 0
-    bm = llm.engine.block_manager
-    assert bm.num_free_blocks == bm.num_blocks and not any(bm.ref_counts)
-    assert not llm.engine.scheduler.running and not llm.engine.scheduler.waiting

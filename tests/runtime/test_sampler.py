@@ -61,14 +61,38 @@ def test_temperature_distribution():
         assert abs(freq - p) < 4 * math.sqrt(p * (1 - p) / draws) + 1e-3
 
 
-def test_seeded_rows_reproducible_and_greedy_rows_argmax():
+VOCAB, STEPS = 50, 64
+
+
+def _draws(batch_seed: int, seeds: list[int | None]) -> list[list[int]]:
+    """STEPS draws per row from uniform logits over VOCAB tokens (each draw has 50 equally likely
+    outcomes), one row per seed (None = unseeded: the batch generator)."""
+    sampler = Sampler(CPU, seed=batch_seed)
+    seqs = [seq(i, SamplingParams(temperature=1.0, seed=s)) for i, s in enumerate(seeds)]
+    steps = [sampler(torch.zeros(len(seqs), VOCAB), seqs).token_ids for _ in range(STEPS)]
+    return [list(row) for row in zip(*steps)]
+
+
+def test_seeded_rows_reproducible_and_distinct():
+    """Equal seeds give equal draws whatever the batch (its seed, its other rows, the row's
+    position); different seeds, or different batch seeds for unseeded rows, give different draws.
+    Independent draws would be equal by chance with probability 50^-64 < 1e-108."""
+    assert (1 / VOCAB) ** STEPS < 1e-108
+    a = _draws(0, [42, None, 7])
+    b = _draws(1, [None, 42])
+    assert a[0] == b[1]  # same seed, another batch seed, another position and neighbours
+    assert a[0] != _draws(0, [43, None, 7])[0]  # another seed, same batch otherwise
+    assert a[0] != a[2]  # two seeds in one batch
+    assert a[1] != b[0]  # unseeded rows follow the batch seed
+    assert a[1] == _draws(0, [42, None, 7])[1]  # ... deterministically
+    assert len(set(a[0])) > 1  # draws vary from step to step
+
+
+def test_greedy_rows_argmax_beside_sampled_rows():
     logits = torch.randn(3, 50)
-    def draw(batch_seed: int) -> list[int]:
-        params = [SamplingParams(temperature=1.0, seed=42), SamplingParams(temperature=0), SamplingParams(temperature=1.0)]
-        return Sampler(CPU, seed=batch_seed)(logits.clone(), [seq(i, p) for i, p in enumerate(params)]).token_ids
-    a, b = draw(0), draw(1)
-    assert a[0] == b[0]  # seeded row independent of the batch generator
-    assert a[1] == b[1] == int(logits[1].argmax())
+    params = [SamplingParams(temperature=1.0, seed=42), SamplingParams(temperature=0), SamplingParams(temperature=1.0)]
+    out = Sampler(CPU, seed=0)(logits.clone(), [seq(i, p) for i, p in enumerate(params)]).token_ids
+    assert out[1] == int(logits[1].argmax())
 
 
 def test_logprobs_top_k_plus_sampled():

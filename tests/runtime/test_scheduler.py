@@ -1,17 +1,22 @@
 """Scheduler: token budget and sequence cap per step, chunked prefill that never starves decodes,
-preemption of the most recently admitted sequence, and requests that can never fit."""
+preemption of the most recently admitted sequence, requests that can never fit, and admission
+that keeps a watermark of free blocks for running sequences to grow into."""
 from __future__ import annotations
 
 from ascendkit.runtime.block_manager import BlockManager
 from ascendkit.runtime.sampling_params import SamplingParams
-from ascendkit.runtime.scheduler import Scheduler
+import pytest
+
+from ascendkit.bench.stub_model import oracle_greedy, stub_loaded
+from ascendkit.runtime import LLM
+from ascendkit.runtime.scheduler import Scheduler, watermark_blocks
 from ascendkit.runtime.sequence import Sequence, SequenceStatus
 
 BLOCK = 4
 
 
-def make(num_blocks=64, max_num_seqs=4, budget=8, max_model_len=512) -> Scheduler:
-    return Scheduler(BlockManager(num_blocks, BLOCK), max_num_seqs, budget, max_model_len)
+def make(num_blocks=64, max_num_seqs=4, budget=8, watermark=0) -> Scheduler:
+    return Scheduler(BlockManager(num_blocks, BLOCK), max_num_seqs, budget, watermark)
 
 
 def new(i: int, n: int, max_tokens: int = 16) -> Sequence:
@@ -70,12 +75,90 @@ def test_preempts_latest_admitted_and_requeues_it_first():
     assert sched.schedule().seqs == [a]  # no admission while a still grows into the cache
 
 
-def test_never_fitting_requests_finish_with_error():
-    sched = make(num_blocks=4, max_model_len=20)
-    too_long = new(0, 20)
+def test_request_larger_than_the_cache_finishes_with_error():
+    sched = make(num_blocks=4)
     too_big = Sequence(1, [1] * 10, SamplingParams(max_tokens=9), 20)  # 19 tokens = 5 blocks > 4
-    empty = Sequence(2, [], SamplingParams(), 20)
-    for s in (too_long, too_big, empty):
-        assert not sched.add(s)
-        assert s.finish_reason == "error" and s.error
+    assert not sched.add(too_big)
+    assert too_big.finish_reason == "error" and "5 KV blocks" in too_big.error
     assert not sched.has_unfinished()
+    fits = Sequence(2, [1] * 10, SamplingParams(max_tokens=6), 20)  # 16 tokens = the whole cache
+    assert sched.add(fits) and sched.has_unfinished()
+
+
+@pytest.mark.parametrize("num_blocks, expected", [(1, 0), (2, 1), (100, 1), (199, 1), (200, 2), (1000, 10)])
+def test_watermark_is_one_percent_at_least_one(num_blocks, expected):
+    assert watermark_blocks(num_blocks) == expected
+    assert Scheduler(BlockManager(num_blocks, BLOCK), 1, 1).watermark == expected
+
+
+def test_admission_keeps_the_watermark_free():
+    sched = make(num_blocks=10, max_num_seqs=8, budget=64, watermark=2)
+    first, second, third = new(0, 12), new(1, 16), new(2, 8)  # 3, 4 and 2 blocks
+    for s in (first, second, third):
+        sched.add(s)
+    batch = sched.schedule()
+    # first: admitted (nothing runs yet); second: 3 free left after it, >= 2; third: would leave 1 < 2
+    assert batch.seqs == [first, second] and list(sched.waiting) == [third]
+    assert sched.block_manager.num_free_blocks == 3
+
+
+def test_watermark_waived_when_nothing_runs():
+    sched = make(num_blocks=10, watermark=2)
+    whole = new(0, 36, max_tokens=4)  # 9 blocks for the prompt, 10 in all
+    sched.add(whole)
+    assert sched.schedule().seqs == [whole] and sched.block_manager.num_free_blocks == 1
+
+
+def test_bad_watermark_names_the_argument():
+    with pytest.raises(ValueError, match="^watermark"):
+        make(num_blocks=4, watermark=4)
+    with pytest.raises(ValueError, match="^watermark"):
+        make(num_blocks=4, watermark=-1)
+
+
+def _run_until_done(sched: Scheduler, late: Sequence) -> None:
+    """Step until every sequence reached its max_len, adding `late` after the first step."""
+    advance(sched, sched.schedule())
+    sched.add(late)
+    while sched.has_unfinished():
+        advance(sched, sched.schedule())
+        for seq in list(sched.running):
+            if len(seq) >= seq.max_len:
+                seq.finish("length")
+                sched.finish(seq)
+
+
+@pytest.mark.parametrize("watermark, preemptions", [(0, 1), (1, 0)])
+def test_watermark_avoids_preempting_a_fresh_prefill(watermark, preemptions):
+    """A decodes and will need a second block next step; B's prompt needs exactly every free
+    block. Without a watermark B is admitted, and A's growth preempts it at once (its prefill
+    wasted); with one, B waits until A is done."""
+    sched = make(num_blocks=6, budget=32, watermark=watermark)
+    a, b = new(0, 3, max_tokens=6), new(1, 20, max_tokens=4)  # A: 1 block, growing to 3; B: 5 blocks
+    sched.add(a)
+    _run_until_done(sched, b)
+    assert sched.num_preemptions == preemptions == b.metrics.num_preemptions
+    assert len(a) == a.max_len and len(b) == b.max_len
+    assert sched.block_manager.num_free_blocks == 6
+
+
+def test_recompute_after_preemption_gives_the_same_tokens():
+    """Greedy and seeded requests, preempted (tiny cache) and recomputed, match their runs alone."""
+    from ascendkit.runtime import SamplingParams as SP
+
+    prompts = [[(i * 5 + k) % 60 + 1 for k in range(6 + 3 * i)] for i in range(8)]
+    params = [SP(temperature=0, max_tokens=20, ignore_eos=True) if i % 2 else
+              SP(temperature=1.0, top_k=8, max_tokens=20, seed=100 + i, ignore_eos=True) for i in range(8)]
+    tiny = LLM(stub_loaded(), max_model_len=64, max_num_seqs=8, max_num_batched_tokens=32, block_size=4,
+               num_kv_blocks=20)
+    outs = tiny.generate(prompts, params, use_tqdm=False)
+    assert tiny.last_stats.num_preemptions > 0
+    assert sum(o.metrics.num_preemptions for o in outs) == tiny.last_stats.num_preemptions
+    roomy = LLM(stub_loaded(), max_model_len=64, max_num_seqs=8, max_num_batched_tokens=32, block_size=4,
+                num_kv_blocks=128)
+    for i, (p, sp) in enumerate(zip(prompts, params)):
+        alone = roomy.generate([p], sp, use_tqdm=False)[0]
+        assert alone.metrics.num_preemptions == 0
+        assert outs[i].outputs[0].token_ids == alone.outputs[0].token_ids, i
+        if sp.greedy:
+            assert alone.outputs[0].token_ids == oracle_greedy(p, 20, eos=None)

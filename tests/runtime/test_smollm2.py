@@ -19,11 +19,15 @@ GREEDY = SamplingParams(temperature=0, max_tokens=NEW_TOKENS)
 # Prompts whose greedy continuations have no near-ties with HF in the first 32 tokens (the
 # "capital of France" chat prompt has one: see reference-facts) and do not hit EOS early.
 PARITY = ["The capital of Germany is", "def fibonacci(n):", "Once upon a time, in a small village,"]
-SYSTEM = "You are a helpful assistant who answers briefly and precisely. "
+# 34 tokens: two full 16-token blocks shared by every prompt that starts with it
+SYSTEM = "You are a helpful assistant who answers briefly and precisely. " * 3
 QUESTIONS = ["What is 2+2?", "Name three colours.", "Why is the sky blue?", "What is Python?", "Say hello.",
              "Count to five.", "What is a KV cache?", "Who wrote Hamlet?", "Describe a cat.",
              "What is the largest ocean on Earth and why is it so large?", "Translate 'thank you' to French.",
              "Give me a haiku about autumn leaves falling slowly."]
+
+
+RUN_ARGS = dict(max_model_len=256, max_num_seqs=16, max_num_batched_tokens=512, block_size=16)
 
 
 @pytest.fixture(scope="module")
@@ -32,19 +36,21 @@ def loaded():
 
 
 def run(loaded, prompts, **kw) -> tuple[list[list[int]], LLM]:
-    args = dict(max_model_len=256, max_num_seqs=16, max_num_batched_tokens=512, block_size=16)
-    args.update(kw)
-    llm = LLM(loaded, **args)
+    llm = LLM(loaded, **{**RUN_ARGS, **kw})
     outs = llm.generate(prompts, GREEDY, use_tqdm=False)
     return [o.outputs[0].token_ids for o in outs], llm
 
 
 @pytest.fixture(scope="module")
 def batch16(loaded):
+    """The baseline: prefix caching on, SYSTEM's blocks cached by an earlier request, so the 12
+    SYSTEM prompts of the batch are served from the cache."""
     prompts = PARITY + [SYSTEM + q for q in QUESTIONS] + ["Hi"]
     assert len(prompts) == 16
-    tokens, llm = run(loaded, prompts)
-    return prompts, tokens, llm
+    llm = LLM(loaded, **RUN_ARGS)
+    llm.generate(SYSTEM, SamplingParams(temperature=0, max_tokens=1), use_tqdm=False)
+    outs = llm.generate(prompts, GREEDY, use_tqdm=False)
+    return prompts, [o.outputs[0].token_ids for o in outs], llm, [o.metrics.num_cached_tokens for o in outs]
 
 
 def test_greedy_equals_hf_generate(loaded, batch16):
@@ -53,7 +59,7 @@ def test_greedy_equals_hf_generate(loaded, batch16):
     path = default_model_path()
     hf = AutoModelForCausalLM.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path),
                                               dtype=torch.float32).eval()
-    prompts, tokens, _ = batch16
+    prompts, tokens, _, _ = batch16
     alone, llm = run(loaded, PARITY, max_num_seqs=1)
     for i, prompt in enumerate(PARITY):
         ids = llm.tokenizer.encode(prompt)
@@ -68,23 +74,31 @@ def test_greedy_equals_hf_generate(loaded, batch16):
     {"enable_prefix_caching": False},
     {"max_num_batched_tokens": 16},  # every prompt prefilled in chunks of <= 16 tokens
     {"graph": "off"},
-    {"num_kv_blocks": 20},  # 16 sequences of up to ~60 tokens need ~48 blocks: preemption
+    {"num_kv_blocks": 20},  # 16 sequences of up to ~80 tokens need over 50 blocks: preemption
 ], ids=["no_prefix_cache", "chunks_16", "graph_off", "preemption"])
 def test_batch_invariance(loaded, batch16, config):
-    prompts, expected, base = batch16
+    prompts, expected, base, cached = batch16
     assert base.last_stats.num_preemptions == 0
+    assert cached[3:15] == [32] * 12 and cached[:3] == [0, 0, 0]  # the SYSTEM prompts hit 2 blocks each
     tokens, llm = run(loaded, prompts, **config)
     if "num_kv_blocks" in config:
         assert llm.last_stats.num_preemptions > 0
     assert tokens == expected
 
 
-def test_prefix_cache_hits_on_shared_system_prompt(loaded):
-    llm = LLM(loaded, max_model_len=256, max_num_seqs=4)
-    system = SYSTEM * 3  # > 2 full 16-token blocks
-    first = llm.generate(system + QUESTIONS[0], SamplingParams(temperature=0, max_tokens=2), use_tqdm=False)[0]
-    out = llm.generate(system + QUESTIONS[1], SamplingParams(temperature=0, max_tokens=2), use_tqdm=False)[0]
-    assert first.metrics.num_cached_tokens == 0 and out.metrics.num_cached_tokens >= 32
+def test_prefix_cache_hit_gives_the_cache_off_tokens(loaded):
+    """A second request sharing SYSTEM's two full blocks with the first reads them from the cache
+    and greedy-decodes the same 16 tokens as a run with prefix caching off."""
+    params = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
+    outs = {}
+    for caching in (True, False):
+        llm = LLM(loaded, max_model_len=256, max_num_seqs=4, enable_prefix_caching=caching)
+        first = llm.generate(SYSTEM + QUESTIONS[0], params, use_tqdm=False)[0]
+        outs[caching] = llm.generate(SYSTEM + QUESTIONS[1], params, use_tqdm=False)[0]
+        assert first.metrics.num_cached_tokens == 0
+    assert outs[True].metrics.num_cached_tokens == 32 and outs[False].metrics.num_cached_tokens == 0
+    assert len(outs[True].outputs[0].token_ids) == 16
+    assert outs[True].outputs[0].token_ids == outs[False].outputs[0].token_ids
 
 
 def test_chat_and_stop_string(loaded):

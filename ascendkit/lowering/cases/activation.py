@@ -12,7 +12,7 @@ def cases() -> list[LoweringCase]:
             name=f"{activation}_and_mul[d={d},{dtype}]",
             kernel=gated_activation_kernel,
             arg_types=signature_types(gated_activation_kernel, dtype),
-            constexprs={"D": d, "BLOCK": block_for(d), "ACTIVATION": activation},
+            constexprs={"D": d, "BLOCK": block_for(d), "ACTIVATION": activation, "QUANT": False},
         )
         for activation in ACTIVATIONS
         for dtype in DTYPES

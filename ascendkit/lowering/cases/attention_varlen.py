@@ -2,8 +2,7 @@
 group padded 3 -> 4), each head size, causal and not."""
 from __future__ import annotations
 
-from ascendkit.kernels._attention import tile_n
-from ascendkit.kernels.attention_unified import flash_attention_kernel, tiling
+from ascendkit.kernels.attention_unified import DENSE_BLOCK, flash_attention_kernel, tiling
 from ascendkit.lowering.case import LoweringCase
 from ascendkit.lowering.cases._attention import flash_types
 from ascendkit.lowering.shape_grid import ATTENTION_HEAD_SIZES, DTYPES
@@ -13,8 +12,7 @@ def cases() -> list[LoweringCase]:
     cases = []
     for i, head_size in enumerate(ATTENTION_HEAD_SIZES):
         dtype = DTYPES[i % len(DTYPES)]
-        params = tiling(9, 3, head_size, 16, 512)
-        params["TILE_N"] = tile_n(64, params["BLOCK_M"] * params["D_PAD"])
+        params = tiling(9, 3, head_size, DENSE_BLOCK, 512)
         for causal in (True, False):
             cases.append(LoweringCase(
                 name=f"flash_attention_varlen[h=9/3,d={head_size},causal={causal},{dtype}]",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import triton
 
-from ascendkit.kernels.mla import MERGE_BLOCK_D, block_h_for, block_n_for, mla_attention_kernel, mla_merge_kernel
+from ascendkit.kernels.mla import block_h_for, block_n_for, merge_block_d, mla_attention_kernel, mla_merge_kernel
 from ascendkit.lowering.case import LoweringCase, signature_types
 from ascendkit.lowering.shape_grid import BLOCK_SIZES, DTYPES, MLA_LAYOUTS
 
@@ -12,8 +12,8 @@ from ascendkit.lowering.shape_grid import BLOCK_SIZES, DTYPES, MLA_LAYOUTS
 def cases() -> list[LoweringCase]:
     cases = []
     for dtype in DTYPES:
-        for lora, rope in MLA_LAYOUTS:
-            block_h, block_l = block_h_for(lora), triton.next_power_of_2(lora)
+        for lora, rope, heads in MLA_LAYOUTS:
+            block_h, block_l = block_h_for(lora, heads), triton.next_power_of_2(lora)
             for block_size in BLOCK_SIZES:
                 for split in (False, True):
                     cases.append(LoweringCase(
@@ -32,6 +32,6 @@ def cases() -> list[LoweringCase]:
                 name=f"mla_merge[L={lora},{dtype}]",
                 kernel=mla_merge_kernel,
                 arg_types=signature_types(mla_merge_kernel, dtype, part_ptr="*fp32", lse_ptr="*fp32"),
-                constexprs={"L": lora, "BLOCK_L": block_l, "BLOCK_H": block_h, "BLOCK_D": min(block_l, MERGE_BLOCK_D)},
+                constexprs={"L": lora, "BLOCK_L": block_l, "BLOCK_H": block_h, "BLOCK_D": merge_block_d(block_l, block_h)},
             ))
     return cases

@@ -1,7 +1,8 @@
-"""rms_norm / fused_add_rms_norm: every hidden size, with and without the residual."""
+"""rms_norm / fused_add_rms_norm: every hidden size, with and without the residual, at one row
+per tile (decode batches) and at the most rows per tile the launcher picks for that width."""
 from __future__ import annotations
 
-from ascendkit.kernels.norm import block_for, rms_norm_kernel
+from ascendkit.kernels.norm import block_for, max_rows_for, rms_norm_kernel
 from ascendkit.lowering.case import LoweringCase, signature_types
 from ascendkit.lowering.shape_grid import DTYPES, HIDDEN_SIZES
 
@@ -9,12 +10,13 @@ from ascendkit.lowering.shape_grid import DTYPES, HIDDEN_SIZES
 def cases() -> list[LoweringCase]:
     return [
         LoweringCase(
-            name=f"{'fused_add_rms_norm' if has_residual else 'rms_norm'}[h={hidden},{dtype}]",
+            name=f"{'fused_add_rms_norm' if has_residual else 'rms_norm'}[h={hidden},rows={rows},{dtype}]",
             kernel=rms_norm_kernel,
             arg_types=signature_types(rms_norm_kernel, dtype, eps="fp32"),
-            constexprs={"N": hidden, "BLOCK": block_for(hidden, has_residual), "HAS_RESIDUAL": has_residual},
+            constexprs={"N": hidden, "BLOCK": block_for(hidden, has_residual), "ROWS": rows, "HAS_RESIDUAL": has_residual},
         )
         for dtype in DTYPES
         for hidden in HIDDEN_SIZES
         for has_residual in (False, True)
+        for rows in sorted({1, max_rows_for(hidden, has_residual)})
     ]

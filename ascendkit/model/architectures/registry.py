@@ -18,10 +18,18 @@ ARCHITECTURES: dict[str, type[CausalLM]] = {
     "Gemma3ForCausalLM": Gemma3ForCausalLM,
 }
 
+# Known names that are refused with a reason, rather than as merely unknown.
+REFUSED: dict[str, str] = {
+    "Gemma3ForConditionalGeneration": "Gemma 3 with its vision tower (multimodal) is not supported; "
+                                      "only text-only Gemma 3 checkpoints (Gemma3ForCausalLM) are",
+}
+
 
 def model_class(architecture: str, source: str = "config.json") -> type[CausalLM]:
     """The class for an `architectures[0]` name; ValueError naming `source` and listing the
     supported names for any other."""
+    if architecture in REFUSED:
+        raise ValueError(f"{source}: architecture {architecture!r}: {REFUSED[architecture]}")
     if architecture not in ARCHITECTURES:
         raise ValueError(f"{source}: unknown architecture {architecture!r}; supported: {sorted(ARCHITECTURES)}")
     return ARCHITECTURES[architecture]

@@ -9,7 +9,8 @@ padding every decode row to the longest prefill chunk: at most two vectorised pa
 These run on CPU only (devices launch the kernels), so reading lengths to the host is cheap.
 
 Visibility of key j (0-based position in the sequence) to the query at absolute position p:
-j < kv_len; causal: j <= p (bottom-right aligned: the new tokens are the last q_len of the
+j < kv_len and its block id in [0, num_blocks) (paged: an id outside hides the key, as in the
+kernels); causal: j <= p (bottom-right aligned: the new tokens are the last q_len of the
 kv_len, p = kv_len - q_len + i); sliding window w > 0: p - w < j (HF / vLLM: a query sees
 itself and the w - 1 keys before it). A query with no visible key gets 0.
 """
@@ -20,13 +21,16 @@ import torch.nn.functional as F
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_len: torch.Tensor, kv_len: torch.Tensor,
-            scale: float, softcap: float, window: int, causal: bool) -> torch.Tensor:
-    """q [B, Q, H, D], k/v [B, S, KVH, D] freshly gathered (overwritten here; rows >= kv_len may
-    hold anything), lengths [B] -> [B, Q, H, D] fp32."""
+           scale: float, softcap: float, window: int, causal: bool,
+           block_ok: torch.Tensor | None = None) -> torch.Tensor:
+    """q [B, Q, H, D], k/v [B, S, KVH, D] freshly gathered (overwritten here; rows >= kv_len or
+    not block_ok [B, S] may hold anything), lengths [B] -> [B, Q, H, D] fp32."""
     batch, num_q, heads, dim = q.shape
     num_k, kv_heads = k.shape[1], k.shape[2]
     key_pos = torch.arange(num_k, device=q.device)
     key_ok = key_pos[None, :] < kv_len[:, None]  # [B, S]
+    if block_ok is not None:
+        key_ok &= block_ok
     # Unused cache slots may hold NaN/inf (uninitialised memory): zero them so that masked keys
     # contribute exactly 0 (a 0 probability times NaN would still be NaN).
     k = k.float().masked_fill_(~key_ok[..., None, None], 0.0)
@@ -50,14 +54,29 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_len: torch.Tenso
     return torch.einsum("bkgqs,bskd->bqkgd", probs, v).reshape(batch, num_q, heads, dim)
 
 
-def gather_paged(cache: torch.Tensor, block_table: torch.Tensor, num_k: int) -> torch.Tensor:
-    """[B, num_k, KVH, D] rows of each sequence (a copy); -1 table entries read block 0, masked later.
+def block_ids(block_table: torch.Tensor, num_blocks: int, block_size: int, num_k: int,
+              kv_len: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(ids [B, blocks] to gather, block_ok [B, num_k] or None). Table entries outside
+    [0, num_blocks) (-1 padding, or a bad id) are clamped into range, so they read some block;
+    block_ok marks the keys whose id was in range, to mask the others. None when every block a
+    sequence reads (below its kv_len) is in range, the usual case: nothing more to mask. A clamp
+    and one compare: int compares and repeat_interleave cost 5-25 us each at decode sizes."""
+    blocks = -(-num_k // block_size)
+    ids = block_table[:, :blocks]
+    safe = ids.clamp(0, num_blocks - 1)
+    bad = safe != ids
+    read = torch.arange(blocks, device=ids.device)[None, :] * block_size < kv_len[:, None]
+    if not bool((bad & read).any()):
+        return safe, None
+    return safe, (~bad).repeat_interleave(block_size, 1)[:, :num_k]
+
+
+def gather_paged(cache: torch.Tensor, ids: torch.Tensor, num_k: int) -> torch.Tensor:
+    """[B, num_k, KVH, D] rows of each sequence (a copy) through the ids of block_ids.
     index_select, not cache[ids]: aten::index opens a parallel region even for a few blocks, which
     measured ~8 ms per call at 2 threads while another process held the second core (~15 us idle)."""
-    batch, block_size = block_table.shape[0], cache.shape[1]
-    blocks = -(-num_k // block_size)
-    ids = block_table[:, :blocks].clamp(min=0).flatten()
-    return cache.index_select(0, ids).view(batch, blocks * block_size, *cache.shape[2:])[:, :num_k]
+    batch, blocks = ids.shape
+    return cache.index_select(0, ids.flatten()).view(batch, blocks * cache.shape[1], *cache.shape[2:])[:, :num_k]
 
 
 def decode(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
@@ -67,11 +86,13 @@ def decode(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, valu
     run_groups (~1 ms of small ops per call, paid by every layer of every decode step)."""
     shortest, longest = (int(n) for n in torch.aminmax(kv_len))
     num_k = max(longest, 1)
-    k, v = gather_paged(key_cache, block_table, num_k), gather_paged(value_cache, block_table, num_k)
+    ids, block_ok = block_ids(block_table, key_cache.shape[0], key_cache.shape[1], num_k, kv_len)
+    k, v = gather_paged(key_cache, ids, num_k), gather_paged(value_cache, ids, num_k)
     if softcap > 0:
-        out.copy_(attend(query[:, None], k, v, torch.ones_like(kv_len), kv_len, scale, softcap, window, True)[:, 0])
+        out.copy_(attend(query[:, None], k, v, torch.ones_like(kv_len), kv_len, scale, softcap, window, True,
+                         block_ok)[:, 0])
         return
-    if shortest == num_k and not 0 < window < num_k:
+    if shortest == num_k and not 0 < window < num_k and block_ok is None:
         # Every gathered row is a real key that every query sees (batch 1, or equal lengths): no
         # stale rows to zero and nothing to mask; adding an all-zero mask would change no bit.
         o = F.scaled_dot_product_attention(query.float()[:, :, None], k.transpose(1, 2), v.transpose(1, 2),
@@ -81,6 +102,8 @@ def decode(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, valu
     # The query sits at position kv_len - 1: causality is implied by j < kv_len (same mask as attend).
     key_pos = torch.arange(num_k, device=query.device)
     beyond = key_pos >= kv_len[:, None]  # [B, S]
+    if block_ok is not None:
+        beyond |= ~block_ok
     k = k.float().masked_fill_(beyond[..., None, None], 0.0)  # unused slots may hold NaN (see attend)
     v = v.float().masked_fill_(beyond[..., None, None], 0.0)
     visible = ~beyond
@@ -93,7 +116,8 @@ def decode(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, valu
 
 def run_groups(out: torch.Tensor, query: torch.Tensor, q_start: torch.Tensor, q_len: torch.Tensor,
                 kv_len: torch.Tensor, gather_kv, scale: float, softcap: float, window: int, causal: bool) -> None:
-    """Attend sequences in (at most) two padded groups and write their rows of out."""
+    """Attend sequences in (at most) two padded groups and write their rows of out. gather_kv(seqs,
+    num_k) -> (k, v, block_ok [B, num_k] or None)."""
     is_decode = q_len == 1
     for group in (is_decode, (q_len > 1)):
         seqs = group.nonzero().flatten()
@@ -104,6 +128,6 @@ def run_groups(out: torch.Tensor, query: torch.Tensor, q_start: torch.Tensor, q_
         pos = torch.arange(num_q, device=query.device)
         valid = pos[None, :] < g_q[:, None]
         rows = (q_start[seqs, None] + pos[None, :]).clamp(max=query.shape[0] - 1)
-        k, v = gather_kv(seqs, num_k)
-        o = attend(query[rows], k, v, g_q, g_k, scale, softcap, window, causal)
+        k, v, block_ok = gather_kv(seqs, num_k)
+        o = attend(query[rows], k, v, g_q, g_k, scale, softcap, window, causal, block_ok)
         out[rows[valid]] = o[valid].to(out.dtype)

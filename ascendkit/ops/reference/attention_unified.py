@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ascendkit.ops.reference._attention import decode, gather_paged, run_groups
+from ascendkit.ops.reference._attention import block_ids, decode, gather_paged, run_groups
 
 
 def unified_attention(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
@@ -18,8 +18,10 @@ def unified_attention(out: torch.Tensor, query: torch.Tensor, key_cache: torch.T
         decode(out, query, key_cache, value_cache, block_table, seqused_k.long(), scale, softcap, sliding_window)
         return
 
-    def gather(seqs: torch.Tensor, num_k: int):
-        table = block_table[seqs]
-        return gather_paged(key_cache, table, num_k), gather_paged(value_cache, table, num_k)
+    kv_len = seqused_k.long()
 
-    run_groups(out, query, q_start, q_len, seqused_k.long(), gather, scale, softcap, sliding_window, True)
+    def gather(seqs: torch.Tensor, num_k: int):
+        ids, block_ok = block_ids(block_table[seqs], key_cache.shape[0], key_cache.shape[1], num_k, kv_len[seqs])
+        return gather_paged(key_cache, ids, num_k), gather_paged(value_cache, ids, num_k), block_ok
+
+    run_groups(out, query, q_start, q_len, kv_len, gather, scale, softcap, sliding_window, True)

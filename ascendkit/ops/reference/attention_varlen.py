@@ -22,6 +22,6 @@ def flash_attention_varlen(out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, 
 
     def gather(seqs: torch.Tensor, num_k: int):
         rows = (k_start[seqs, None] + torch.arange(num_k, device=k.device)[None, :]).clamp(max=k.shape[0] - 1)
-        return k[rows], v[rows]
+        return k[rows], v[rows], None
 
     run_groups(out, q, q_start, q_len, kv_len, gather, scale, 0.0, 0, causal)

@@ -10,25 +10,32 @@ from __future__ import annotations
 import torch
 
 
-def _gather_kv(kv_cache: torch.Tensor, block_table: torch.Tensor, kv_len: torch.Tensor, max_k: int) -> torch.Tensor:
-    """[B, max_k, L+R] fp32 cache rows of each sequence; rows at or past kv_len are 0."""
-    block_size = kv_cache.shape[1]
+def _gather_kv(kv_cache: torch.Tensor, block_table: torch.Tensor, kv_len: torch.Tensor,
+               max_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """([B, max_k, L+R] fp32 cache rows of each sequence, key_ok [B, max_k]): rows at or past
+    kv_len or in a block whose id is outside [0, num_blocks) are 0 and not ok."""
+    num_blocks, block_size = kv_cache.shape[:2]
     blocks = min(-(-max_k // block_size), block_table.shape[1])
-    # Padding entries of the block table are -1: clamp them to block 0; their rows are zeroed below.
-    ids = block_table[:, :blocks].long().clamp(min=0)
-    kv = kv_cache[ids].reshape(ids.shape[0], blocks * block_size, -1)[:, :max_k].float()
-    beyond = torch.arange(max_k, device=kv.device)[None, :] >= kv_len[:, None]
-    return kv.masked_fill(beyond[..., None], 0.0)  # unused slots may hold NaN
+    # Padding entries of the block table are -1, and a bad id may be anything: clamp them into range
+    # and zero their rows below.
+    ids = block_table[:, :blocks].long()
+    safe = ids.clamp(0, num_blocks - 1)
+    block_ok = safe == ids
+    kv = kv_cache[safe].reshape(ids.shape[0], blocks * block_size, -1)[:, :max_k].float()
+    key_ok = block_ok.repeat_interleave(block_size, 1)[:, :max_k]
+    key_ok &= torch.arange(max_k, device=kv.device)[None, :] < kv_len[:, None]
+    return kv.masked_fill(~key_ok[..., None], 0.0), key_ok  # unused slots may hold NaN
 
 
-def _attend(q: torch.Tensor, kv: torch.Tensor, q_len: torch.Tensor, kv_len: torch.Tensor, lora: int,
-            scale: float) -> torch.Tensor:
-    """q [B, Q, H, L+R] and kv [B, K, L+R] fp32 -> [B, Q, H, L]; new token i of a sequence sits at
-    position kv_len - q_len + i (bottom-right causal)."""
+def _attend(q: torch.Tensor, kv: torch.Tensor, key_ok: torch.Tensor, q_len: torch.Tensor, kv_len: torch.Tensor,
+            lora: int, scale: float) -> torch.Tensor:
+    """q [B, Q, H, L+R] and kv [B, K, L+R] fp32 (key_ok [B, K]) -> [B, Q, H, L]; new token i of a
+    sequence sits at position kv_len - q_len + i (bottom-right causal)."""
     scores = torch.einsum("bqhd,bkd->bhqk", q, kv) * scale
     q_pos = torch.arange(q.shape[1], device=q.device)
     last_visible = (kv_len - q_len)[:, None] + q_pos[None, :]  # [B, Q]
     visible = torch.arange(kv.shape[1], device=q.device)[None, None, :] <= last_visible[..., None]  # implies < kv_len
+    visible &= key_ok[:, None, :]
     scores = scores.masked_fill(~visible[:, None], float("-inf"))
     probs = torch.softmax(scores, dim=-1).nan_to_num_(0.0)  # rows with no visible key -> 0
     return torch.einsum("bhqk,bkl->bqhl", probs, kv[..., :lora])
@@ -48,14 +55,14 @@ def mla_attention(out: torch.Tensor, query: torch.Tensor, kv_cache: torch.Tensor
         q_pos = torch.arange(max_seqlen_q, device=query.device)
         valid = q_pos[None, :] < q_len[:, None]  # [B, Q]
         rows = (starts[:, None] + q_pos[None, :]).clamp(max=num_tokens - 1)
-        kv = _gather_kv(kv_cache, block_table, kv_len, max_seqlen_k)
-        o = _attend(query[rows].float(), kv, q_len, kv_len, kv_lora_rank, scale)
+        kv, key_ok = _gather_kv(kv_cache, block_table, kv_len, max_seqlen_k)
+        o = _attend(query[rows].float(), kv, key_ok, q_len, kv_len, kv_lora_rank, scale)
         out[rows[valid]] = o[valid].to(out.dtype)
         return
     bounds, kv_lens = cu_seqlens_q.tolist(), seqused_k.tolist()  # host values: this path is CPU only
     for b in range(batch):
         s, e = bounds[b], bounds[b + 1]
         if e > s and kv_lens[b] > 0:
-            kv = _gather_kv(kv_cache, block_table[b:b + 1], kv_len[b:b + 1], kv_lens[b])
-            o = _attend(query[s:e].float()[None], kv, q_len[b:b + 1], kv_len[b:b + 1], kv_lora_rank, scale)
+            kv, key_ok = _gather_kv(kv_cache, block_table[b:b + 1], kv_len[b:b + 1], kv_lens[b])
+            o = _attend(query[s:e].float()[None], kv, key_ok, q_len[b:b + 1], kv_len[b:b + 1], kv_lora_rank, scale)
             out[s:e] = o[0].to(out.dtype)
