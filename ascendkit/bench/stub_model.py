@@ -7,8 +7,10 @@
   it, read back through the block table — so a wrong slot mapping, block table, prefix-cache hit
   or stale block changes (or NaN-poisons) the output. `oracle_next` recomputes the same greedy
   choice from the token history directly.
-- free (`free=True`): forward and compute_logits return slices of preallocated tensors and the
-  KV cache is never allocated, so a step costs only the runtime's own work (host overhead).
+- free (`free=True`): forward returns a slice of a preallocated tensor, compute_logits a copy of
+  preallocated logits (the sampler modifies them in place; a real model's lm_head allocates them
+  too), and the KV cache is never allocated, so a step costs only the runtime's own work (host
+  overhead).
 
 Either way every forward call is recorded in `calls` as (tokens, sequences).
 """
@@ -99,7 +101,7 @@ class StubModel(nn.Module):
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.free:
-            return self.logits[: hidden.shape[0]]
+            return self.logits[: hidden.shape[0]].clone()
         h = hidden[:, 0]
         if torch.isnan(h).any():
             raise AssertionError("read an unwritten KV slot")

@@ -1,7 +1,8 @@
 """Engine: one scheduler step at a time — schedule, run the model, advance each scheduled
 sequence past its computed chunk and commit that KV to the prefix cache, append sampled tokens,
 and finish the sequences whose stop condition holds (the StopChecker decides, the engine calls
-Sequence.finish, the scheduler releases the blocks).
+Sequence.finish, the scheduler releases the blocks). The sampler hears of each request's
+arrival (its seed is fixed then), preemption and finish (its penalty counts row is freed).
 
 The model is anything satisfying RuntimeModel (runtime/model_interface.py)."""
 from __future__ import annotations
@@ -15,7 +16,7 @@ from ascendkit.runtime.model_interface import RuntimeModel
 from ascendkit.runtime.model_runner import ModelRunner
 from ascendkit.runtime.sampler import Sampler
 from ascendkit.runtime.sampling_params import SamplingParams
-from ascendkit.runtime.scheduler import Scheduler
+from ascendkit.runtime.scheduler import ScheduledBatch, Scheduler
 from ascendkit.runtime.sequence import Sequence
 from ascendkit.runtime.stopping import StopChecker
 
@@ -42,6 +43,7 @@ class Engine:
         self.next_seq_id += 1
         if self.scheduler.add(seq):
             self.stop.start(seq)
+            self.sampler.add(seq)
         return seq
 
     def has_unfinished(self) -> bool:
@@ -49,11 +51,7 @@ class Engine:
 
     def step(self) -> list[Sequence]:
         """Run one step; returns the sequences it finished."""
-        batch = self.scheduler.schedule()
-        if not batch.seqs:  # everything runnable was just preempted: the next schedule admits
-            batch = self.scheduler.schedule()
-            if not batch.seqs:
-                raise RuntimeError("scheduler: no sequence could be scheduled")
+        batch = self._schedule()
         sampled_seqs, out = self.runner.execute(batch)
         self.num_steps += 1
         for seq, n in zip(batch.seqs, batch.num_new_tokens):
@@ -70,3 +68,12 @@ class Engine:
                 self.sampler.release(seq)
                 finished.append(seq)
         return finished
+
+    def _schedule(self) -> ScheduledBatch:
+        for _ in range(2):  # everything runnable may have just been preempted: the next schedule admits
+            batch = self.scheduler.schedule()
+            for seq in batch.preempted:
+                self.sampler.suspend(seq)
+            if batch.seqs:
+                return batch
+        raise RuntimeError("scheduler: no sequence could be scheduled")

@@ -33,7 +33,8 @@ class RuntimeModel(Protocol):
         ...
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """hidden [N, H] (the rows to sample from) -> fp32 logits [N, vocab_size]."""
+        """hidden [N, H] (the rows to sample from) -> fp32 logits [N, vocab_size], a tensor of
+        its own: the sampler modifies it in place."""
         ...
 
     def kv_cache_bytes_per_block(self, block_size: int, dtype: torch.dtype) -> int:

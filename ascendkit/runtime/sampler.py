@@ -1,11 +1,19 @@
-"""Sampler: one batched pass on the logits' device from fp32 logits [N, vocab] to one token per
-row — penalties, greedy argmax, temperature, top-k / top-p / min-p, seeded sampling, logprobs.
+"""Sampler: one token per row of fp32 logits [N, vocab] through the sampling ops, on the logits'
+device (Triton kernels on NPU/CUDA, the references on CPU): apply_penalties from the persistent
+TokenCounts, process_logits (temperature, top-k / top-p / min-p), sample_tokens (seeded draws and
+greedy rows in one call), update_token_counts, and gather_logprobs for the rows that asked. The
+logits are modified in place (the model hands over a fresh tensor each step). Nothing between
+the model and the one copy of the sampled ids to the host reads device values, so the step
+could be captured whole.
 
-Sampling uses the exponential-race form argmax(p / E) with E ~ Exp(1), equal in distribution to
-a categorical draw. Rows with a seed draw E from their own generator (seeded once per request),
-so a seeded request gets the same tokens whatever batch it runs in. Work a batch does not need
-(penalties, filters, logprobs) is skipped entirely. Sequences are only read (params, prompt
-and output ids); the engine appends the sampled tokens.
+Randomness: a row's draw depends only on its request's seed and its step (the number of output
+tokens so far), never on the batch. Seeded requests use their seed; an unseeded one gets a seed
+drawn from the engine's generator when it arrives, so a run with a fixed engine seed repeats
+exactly, and a request preempted and recomputed draws the tokens it drew before.
+
+The engine tells the sampler when a request arrives (add), is preempted (suspend: its counts
+row is freed and refilled when it is sampled again) and finishes (release). Sequences are only
+read; the engine appends the sampled tokens.
 """
 from __future__ import annotations
 
@@ -13,106 +21,77 @@ from dataclasses import dataclass
 
 import torch
 
+from ascendkit.ops.sampling import apply_penalties, gather_logprobs, process_logits, sample_tokens
+from ascendkit.runtime.sampling_batch import SamplingBatch, build_batch
 from ascendkit.runtime.sequence import Sequence
+from ascendkit.runtime.token_counts import TokenCounts
+
+INT64_MIN, INT64_SPAN = -2**63, 2**64
 
 
 @dataclass
 class SamplerOutput:
     token_ids: list[int]
-    logprobs: list[dict[int, float] | None]  # per row: {token_id: logprob} (top-k + sampled), or None
+    logprobs: list[dict[int, float] | None]  # per row: {token_id: logprob} (top-n + sampled), or None
 
 
 class Sampler:
     def __init__(self, device: torch.device, seed: int = 0) -> None:
         self.device = device
-        self.generator = torch.Generator(device=device)
-        self.generator.manual_seed(seed)
-        self.seq_generators: dict[int, torch.Generator] = {}
+        self.generator = torch.Generator().manual_seed(seed)  # draws the unseeded requests' seeds
+        self.seeds: dict[int, int] = {}  # seq_id -> int64 seed
+        self.counts = TokenCounts(device)
+        self.batch: SamplingBatch | None = None  # the last batch composition's parameters
+
+    def add(self, seq: Sequence) -> None:
+        """A request arrived: fix its seed."""
+        seed = seq.params.seed
+        if seed is None:
+            seed = int(torch.randint(INT64_MIN, -INT64_MIN - 1, (), generator=self.generator))
+        self.seeds[seq.seq_id] = (seed - INT64_MIN) % INT64_SPAN + INT64_MIN  # any int, wrapped to int64
+
+    def suspend(self, seq: Sequence) -> None:
+        """Preempted: free its counts row (refilled from its tokens when it is sampled again)."""
+        self.counts.release(seq)
+        self.batch = None
 
     def release(self, seq: Sequence) -> None:
-        self.seq_generators.pop(seq.seq_id, None)
+        """Finished: forget it."""
+        self.suspend(seq)
+        self.seeds.pop(seq.seq_id, None)
 
     def __call__(self, logits: torch.Tensor, seqs: list[Sequence]) -> SamplerOutput:
-        params = [s.params for s in seqs]
-        raw_logprobs = (torch.log_softmax(logits, dim=-1) if any(p.logprobs is not None for p in params) else None)
-        if any(p.needs_penalties for p in params):
-            logits = self._apply_penalties(logits, seqs)
-        greedy = [p.greedy for p in params]
-        if all(greedy):
-            tokens = logits.argmax(dim=-1)
-        else:
-            tokens = self._sample(logits, seqs, greedy)
-        token_list = tokens.tolist()
-        return SamplerOutput(token_list, self._logprobs(raw_logprobs, tokens, params) if raw_logprobs is not None
-                             else [None] * len(seqs))
+        batch = self._batch(seqs, logits.shape[1])
+        steps = torch.tensor([s.num_output_tokens for s in seqs], dtype=torch.int64).to(self.device)
+        # vLLM's default logprobs are the model's: copy those rows before anything changes them
+        raw = logits.index_select(0, batch.logprob_index) if batch.logprob_rows else None
+        if batch.count_rows is not None:
+            apply_penalties(logits, self.counts.output_counts, self.counts.prompt_mask, batch.count_rows,
+                            batch.repetition, batch.frequency, batch.presence)
+        if batch.process:
+            process_logits(logits, batch.temperatures, batch.top_k, batch.top_p, batch.min_p)
+        tokens = sample_tokens(logits, batch.temperatures, batch.seeds, steps)
+        if batch.count_rows is not None:
+            self.counts.update(batch.count_rows, tokens)
+        logprobs = self._logprobs(raw, tokens, batch) if raw is not None else [None] * len(seqs)
+        return SamplerOutput(tokens.tolist(), logprobs)
 
-    def _tensor(self, values: list, dtype: torch.dtype) -> torch.Tensor:
-        return torch.tensor(values, dtype=dtype).to(self.device, non_blocking=True)
+    def _batch(self, seqs: list[Sequence], vocab: int) -> SamplingBatch:
+        seq_ids = tuple(s.seq_id for s in seqs)
+        if self.batch is None or self.batch.seq_ids != seq_ids:
+            rows = ([self.counts.row(s, vocab) if s.params.needs_penalties else -1 for s in seqs]
+                    if any(s.params.needs_penalties for s in seqs) else None)
+            self.batch = build_batch(seqs, [self.seeds[i] for i in seq_ids], rows, self.device)
+        return self.batch
 
-    def _apply_penalties(self, logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
-        """vLLM semantics: repetition over prompt + output tokens, presence/frequency over output."""
-        vocab = logits.shape[1]
-        def counts(lists: list[list[int]]) -> torch.Tensor:
-            width = max(1, max(len(ids) for ids in lists))
-            ids = self._tensor([ids + [vocab] * (width - len(ids)) for ids in lists], torch.int64)
-            out = torch.zeros(len(lists), vocab + 1, device=logits.device, dtype=logits.dtype)
-            return out.scatter_add_(1, ids, torch.ones_like(ids, dtype=logits.dtype))[:, :vocab]
-        out_counts = counts([s.output_token_ids for s in seqs])
-        seen = (counts([s.prompt_token_ids for s in seqs]) + out_counts) > 0
-        rep = self._tensor([s.params.repetition_penalty for s in seqs], logits.dtype)[:, None]
-        logits = torch.where(seen, torch.where(logits > 0, logits / rep, logits * rep), logits)
-        freq = self._tensor([s.params.frequency_penalty for s in seqs], logits.dtype)[:, None]
-        pres = self._tensor([s.params.presence_penalty for s in seqs], logits.dtype)[:, None]
-        return logits - freq * out_counts - pres * (out_counts > 0).to(logits.dtype)
-
-    def _sample(self, logits: torch.Tensor, seqs: list[Sequence], greedy: list[bool]) -> torch.Tensor:
-        params = [s.params for s in seqs]
-        argmax = logits.argmax(dim=-1)
-        temps = self._tensor([1.0 if g else p.temperature for g, p in zip(greedy, params)], logits.dtype)
-        scaled = logits / temps[:, None]
-        if any(p.needs_filters for p in params):
-            scaled = self._filter(scaled, params)
-        probs = torch.softmax(scaled, dim=-1)
-        noise = torch.empty_like(probs).exponential_(generator=self.generator)
-        for row, seq in enumerate(seqs):
-            if seq.params.seed is not None and not greedy[row]:
-                noise[row].exponential_(generator=self._seq_generator(seq))
-        sampled = (probs / noise).argmax(dim=-1)
-        return torch.where(self._tensor(greedy, torch.bool), argmax, sampled)
-
-    def _seq_generator(self, seq: Sequence) -> torch.Generator:
-        gen = self.seq_generators.get(seq.seq_id)
-        if gen is None:
-            gen = self.seq_generators[seq.seq_id] = torch.Generator(device=self.device)
-            gen.manual_seed(seq.params.seed)
-        return gen
-
-    def _filter(self, logits: torch.Tensor, params: list) -> torch.Tensor:
-        """top-k, then top-p over the renormalised top-k, then min-p; the best token always stays."""
-        vocab = logits.shape[1]
-        ordered, index = logits.sort(dim=-1, descending=True)
-        ranks = torch.arange(vocab, device=logits.device)[None, :]
-        top_k = self._tensor([p.top_k if p.top_k > 0 else vocab for p in params], torch.int64)[:, None]
-        drop = ranks >= top_k
-        probs = torch.softmax(ordered.masked_fill(drop, float("-inf")), dim=-1)
-        top_p = self._tensor([p.top_p for p in params], probs.dtype)[:, None]
-        drop |= (probs.cumsum(dim=-1) - probs) > top_p
-        min_p = self._tensor([p.min_p for p in params], probs.dtype)[:, None]
-        drop |= probs < min_p * probs[:, :1]
-        drop[:, 0] = False
-        return torch.empty_like(logits).scatter_(1, index, ordered.masked_fill(drop, float("-inf")))
-
-    def _logprobs(self, logprobs: torch.Tensor, tokens: torch.Tensor, params: list) -> list[dict[int, float] | None]:
-        k = max(p.logprobs or 0 for p in params if p.logprobs is not None)
-        top_values, top_ids = logprobs.topk(k, dim=-1) if k else (logprobs[:, :0], tokens[:, None][:, :0])
-        chosen = logprobs.gather(1, tokens[:, None])[:, 0].tolist()
-        top_values, top_ids, token_list = top_values.tolist(), top_ids.tolist(), tokens.tolist()
-        out: list[dict[int, float] | None] = []
-        for row, p in enumerate(params):
-            if p.logprobs is None:
-                out.append(None)
-                continue
-            entry = dict(zip(top_ids[row][:p.logprobs], top_values[row][:p.logprobs]))
-            entry[token_list[row]] = chosen[row]
-            out.append(entry)
+    @staticmethod
+    def _logprobs(raw: torch.Tensor, tokens: torch.Tensor, batch: SamplingBatch) -> list[dict[int, float] | None]:
+        values, ids = gather_logprobs(raw, batch.logprob_positions, tokens.index_select(0, batch.logprob_index),
+                                      max(batch.logprob_counts))
+        values, ids = values.tolist(), ids.tolist()
+        out: list[dict[int, float] | None] = [None] * len(tokens)
+        for i, (row, n) in enumerate(zip(batch.logprob_rows, batch.logprob_counts)):
+            entry = dict(zip(ids[i][1:1 + n], values[i][1:1 + n]))
+            entry[ids[i][0]] = values[i][0]  # column 0: the sampled token
+            out[row] = entry
         return out

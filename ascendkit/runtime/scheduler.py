@@ -42,6 +42,7 @@ def watermark_blocks(num_blocks: int) -> int:
 class ScheduledBatch:
     seqs: list[Sequence] = field(default_factory=list)
     num_new_tokens: list[int] = field(default_factory=list)
+    preempted: list[Sequence] = field(default_factory=list)  # sent back to the queue by this schedule
 
     def __len__(self) -> int:
         return len(self.seqs)
@@ -90,7 +91,6 @@ class Scheduler:
     def schedule(self) -> ScheduledBatch:
         batch, budget = ScheduledBatch(), self.max_num_batched_tokens
         scheduled: set[int] = set()
-        preempted = False
         order = [s for s in self.running if s.num_uncomputed == 1] + [s for s in self.running if s.num_uncomputed > 1]
         for seq in order:
             if budget == 0:
@@ -100,7 +100,7 @@ class Scheduler:
             while not self.block_manager.can_append(seq):
                 victim = next(s for s in reversed(self.running) if s.seq_id not in scheduled)
                 self._preempt(victim)
-                preempted = True
+                batch.preempted.append(victim)
                 if victim is seq:
                     break
             else:
@@ -110,7 +110,7 @@ class Scheduler:
                 batch.num_new_tokens.append(n)
                 scheduled.add(seq.seq_id)
                 budget -= n
-        while not preempted and self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+        while not batch.preempted and self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
             if not self.block_manager.can_allocate(seq, reserve=self.watermark if self.running else 0):
                 break

@@ -39,10 +39,15 @@ def _filtered(probs: list[float], top_k: int, top_p: float, min_p: float) -> lis
 
 
 def _draw(logits: torch.Tensor, n: int, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, step=0) -> torch.Tensor:
-    rows = logits.expand(n, -1).clone()
+    """n draws (seeds 0..n-1) from one row of logits processed once: filtering is row-local and
+    deterministic (tests/kernels/test_sampling.py checks it batched), so only the draws need n
+    rows — under the Triton interpreter, filtering a row costs ~20 draws."""
+    row = logits.reshape(1, -1).clone()
+    one = lambda v, dtype=torch.float32: torch.tensor([v], dtype=dtype)  # noqa: E731
+    ak.process_logits(row, one(temperature), one(top_k, I32), one(top_p), one(min_p))
     full = lambda v, dtype=torch.float32: torch.full((n,), v, dtype=dtype)  # noqa: E731
-    ak.process_logits(rows, full(temperature), full(top_k, I32), full(top_p), full(min_p))
-    return ak.sample_tokens(rows, full(temperature), torch.arange(n, dtype=I64), full(step, I64))
+    return ak.sample_tokens(row.expand(n, -1).contiguous(), full(temperature), torch.arange(n, dtype=I64),
+                            full(step, I64))
 
 
 PROBS = [0.3, 0.2, 0.15, 0.12, 0.1, 0.07, 0.04, 0.02]
@@ -70,9 +75,11 @@ def test_distribution_matches_filtered(setting):
 @pytest.mark.slow
 @pytest.mark.parametrize("setting", SETTINGS[4:6], ids=str)
 def test_distribution_matches_filtered_triton(setting, triton_path):
-    # The kernels draw the reference's tokens (tests/kernels/test_sampling.py); this checks the
-    # distribution on the kernel path directly, with fewer draws (the interpreter is slow).
-    _check_distribution(setting, 600)
+    # The Gumbel-max kernel's own distribution, with fewer draws than the reference path's 20000
+    # (a few ms each under the interpreter once the row is filtered); the bound holds for any n,
+    # so a correct kernel still fails a setting with probability 1e-4; n = 1000 expects >= 70
+    # draws per kept token.
+    _check_distribution(setting, 1000)
 
 
 def test_filtered_tokens_never_sampled_large_vocab():

@@ -143,12 +143,15 @@ def test_watermark_avoids_preempting_a_fresh_prefill(watermark, preemptions):
 
 
 def test_recompute_after_preemption_gives_the_same_tokens():
-    """Greedy and seeded requests, preempted (tiny cache) and recomputed, match their runs alone."""
+    """Greedy and seeded requests (half of these with penalties, whose counts are refilled after
+    a preemption), preempted (tiny cache) and recomputed, match their runs alone."""
     from ascendkit.runtime import SamplingParams as SP
 
     prompts = [[(i * 5 + k) % 60 + 1 for k in range(6 + 3 * i)] for i in range(8)]
+    penalties = dict(repetition_penalty=1.3, frequency_penalty=0.4)
     params = [SP(temperature=0, max_tokens=20, ignore_eos=True) if i % 2 else
-              SP(temperature=1.0, top_k=8, max_tokens=20, seed=100 + i, ignore_eos=True) for i in range(8)]
+              SP(temperature=1.0, top_k=8, max_tokens=20, seed=100 + i, ignore_eos=True, **(penalties if i % 4 else {}))
+              for i in range(8)]
     tiny = LLM(stub_loaded(), max_model_len=64, max_num_seqs=8, max_num_batched_tokens=32, block_size=4,
                num_kv_blocks=20)
     outs = tiny.generate(prompts, params, use_tqdm=False)

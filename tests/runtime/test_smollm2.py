@@ -111,3 +111,37 @@ def test_chat_and_stop_string(loaded):
                    SamplingParams(temperature=0, max_tokens=48, stop=[first_word]), use_tqdm=False)[0]
     assert cut.outputs[0].finish_reason == "stop" and cut.outputs[0].stop_reason == first_word
     assert out.outputs[0].text.startswith(cut.outputs[0].text) and first_word not in cut.outputs[0].text
+
+
+SAMPLED = dict(temperature=0.8, top_p=0.95, max_tokens=16, ignore_eos=True)
+PENALTIES = dict(repetition_penalty=1.2, frequency_penalty=0.5)
+
+
+def sampled(loaded, prompts, params, **kw) -> list[list[int]]:
+    llm = LLM(loaded, **{**RUN_ARGS, **kw})
+    outs = llm.generate(prompts, params, use_tqdm=False)
+    if "num_kv_blocks" in kw:
+        assert llm.last_stats.num_preemptions > 0
+    return [o.outputs[0].token_ids for o in outs]
+
+
+def test_seeded_sampling_alone_batched_and_preempted(loaded, batch16):
+    """Seeded top-p requests (half with penalties) draw the same tokens inside the batch of 16,
+    alone, and through preemption and recompute; different from greedy, so they really sampled."""
+    prompts, greedy, _, _ = batch16
+    params = [SamplingParams(seed=100 + i, **SAMPLED, **(PENALTIES if i % 2 else {})) for i in range(16)]
+    batched = sampled(loaded, prompts, params)
+    assert sampled(loaded, prompts, params, num_kv_blocks=20) == batched
+    for i in (0, 5, 15):
+        assert sampled(loaded, [prompts[i]], params[i], max_num_seqs=1) == [batched[i]]
+    assert sum(b != g[:16] for b, g in zip(batched, greedy)) > 0
+
+
+def test_unseeded_sampling_follows_the_engine_seed(loaded, batch16):
+    """Unseeded requests take their seeds from the engine's generator as they arrive: a fixed
+    LLM seed repeats the run; another seed changes it."""
+    prompts = batch16[0][:8]
+    params = SamplingParams(**SAMPLED)
+    first = sampled(loaded, prompts, params, seed=3)
+    assert sampled(loaded, prompts, params, seed=3) == first
+    assert sampled(loaded, prompts, params, seed=4) != first
