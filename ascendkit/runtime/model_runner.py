@@ -59,7 +59,9 @@ class ModelRunner:
         dev = self.device
         meta = AttentionMetadata(slots.to(dev), tables.to(dev), cu.to(dev),
                                  torch.tensor(ends, dtype=torch.int32).to(dev), max(counts), max(ends))
-        return StepInputs(torch.tensor(ids, dtype=torch.int64).to(dev), positions.to(dev), meta,
+        positions = positions.to(dev)
+        meta.validate(positions, self.block_size)  # once per step; the model's layers then skip the per-op checks
+        return StepInputs(torch.tensor(ids, dtype=torch.int64).to(dev), positions, meta,
                           (cu[1:][sampled].long() - 1).to(dev), [seqs[i] for i in sampled])
 
     @torch.inference_mode()

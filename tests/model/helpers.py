@@ -44,8 +44,10 @@ class PagedDriver:
             slot_mapping=torch.tensor(slots, dtype=torch.int64), block_tables=torch.stack(rows),
             cu_seqlens_q=torch.tensor(cu, dtype=torch.int32), seqused_k=torch.tensor(used, dtype=torch.int32),
             max_seqlen_q=max(len(v) for v in tokens.values()), max_seqlen_k=max(used))
+        positions = torch.tensor(pos)
+        meta.validate(positions, self.block_size)  # as the ModelRunner does: the layers then skip per-op checks
         with torch.no_grad():
-            hidden = self.model(torch.tensor(ids), torch.tensor(pos), meta)
+            hidden = self.model(torch.tensor(ids), positions, meta)
             return self.model.compute_logits(hidden)
 
 
