@@ -79,3 +79,13 @@ def test_loaded_model_packs_every_linear_and_the_lm_head(tied, tmp_path):
     assert (model.tied_head is not None) == tied
     hidden = torch.randn(5, 32)
     torch.testing.assert_close(model.compute_logits(hidden), F.linear(hidden, head))
+
+
+@needs_onednn
+def test_weights_made_in_inference_mode_pack_too():
+    with torch.inference_mode():
+        linear = _linear()
+        linear.prepack()
+        x = torch.randn(3, 48)
+        assert linear.packed is not None and linear.packed.version is None
+        torch.testing.assert_close(linear(x), F.linear(x, linear.weight, linear.bias))

@@ -3,10 +3,12 @@ projections (q/k/v, gate/up) into one matmul.
 
 Float: weight [N, K] in the model dtype, y = x·Wᵀ + b. On CPU fp32 with oneDNN, `prepack()` (run
        once after loading, by CausalLM.post_load) reorders the weight into oneDNN's blocked
-       layout: 1.2–2.7× faster than aten::mm on decode-sized rows on AVX2 (bench/README.md). The
-       packed copy sits beside the weight (the weight stays the parameter state_dict and W8A8
-       conversion read); a weight replaced or changed in place after packing is not stale-read:
-       forward falls back to the plain matmul until prepack() runs again.
+       layout: 1.2–2.7× faster than aten::mm on SmolLM2's decode shapes at 2 threads on AVX2,
+       about even at 1 thread except the LM head (bench/README.md). The packed copy sits beside
+       the weight (the weight stays the parameter state_dict and W8A8 conversion read); a weight
+       replaced or changed in place after packing is not stale-read: forward falls back to the
+       plain matmul until prepack() runs again (inference-mode weights carry no version
+       counter: only replacement is noticed for them).
 W8A8:  weight int8 [N, K], weight_scale fp32 [N] (per output channel), input_scale fp32 [1]
        (static) or None (dynamic per-token); y = ascendkit.ops.w8a8_linear(...).
 """
@@ -29,13 +31,15 @@ ONEDNN_ROWS_HINT = 32
 
 @dataclass(frozen=True)
 class PackedWeight:
-    """A weight reordered for oneDNN, valid while `source` is the same tensor at the same version."""
+    """A weight reordered for oneDNN, valid while `source` is the same tensor at the same version
+    (version None: an inference tensor, which has no version counter)."""
     source: torch.Tensor
-    version: int
+    version: int | None
     packed: torch.Tensor
 
     def usable_for(self, weight: torch.Tensor, x: torch.Tensor) -> bool:
-        return weight is self.source and weight._version == self.version and x.device.type == "cpu"
+        return (weight is self.source and (self.version is None or weight._version == self.version)
+                and x.device.type == "cpu")
 
     def __deepcopy__(self, memo: dict) -> PackedWeight | None:
         # oneDNN's opaque tensor has no storage to copy: pack the copied weight (memo makes it the
@@ -52,7 +56,7 @@ def pack_weight(weight: torch.Tensor) -> PackedWeight | None:
         packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), ONEDNN_ROWS_HINT)
     except (RuntimeError, AttributeError):  # op missing from this build, or the ISA check refused it
         return None
-    return PackedWeight(weight, weight._version, packed)
+    return PackedWeight(weight, None if weight.is_inference() else weight._version, packed)
 
 
 def float_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
