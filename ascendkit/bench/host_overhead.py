@@ -1,8 +1,9 @@
 """`ascendkit bench host`: the runtime's CPU cost per decode step, on its own. The model is the
 stub (bench/stub_model.py) run `free`: forward and compute_logits return preallocated hidden
 states and logits at the default model's sizes, so a step's time is the scheduler, input
-preparation (token/position/slot tensors, block tables, host-to-device copies), the decode
-graph runner's buffer updates, sampling over the real vocabulary, and the engine's bookkeeping
+preparation (token/position/slot tensors, block tables, the step's metadata validation,
+host-to-device copies), the decode graph runner's buffer updates (NPU/CUDA only: CPU runs
+decode unpadded, with no graph runner), sampling over the real vocabulary, and the engine's bookkeeping
 (advancing sequences, KV commit, appending tokens, stop checks). Batches of 1, 32 and 256
 sequences, greedy and top-p sampling.
 """
@@ -81,7 +82,7 @@ def measure(stub: StubModel, batch: int, steps: int, mode: str, device: torch.de
     stages = {
         "schedule_us": t["schedule"],
         "prepare_us": t["prepare"],
-        "model_stub_us": t["execute"] - t["prepare"] - t["sample"],  # stub calls + graph-runner buffer updates
+        "model_stub_us": t["execute"] - t["prepare"] - t["sample"],  # stub calls (+ graph-runner buffer updates on NPU/CUDA)
         "sample_us": t["sample"],
         "bookkeeping_us": total / steps * 1e6 - t["schedule"] - t["execute"],
     }

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
+import ascendkit.ops as ak
+
 
 @dataclass
 class AttentionMetadata:
@@ -20,6 +22,16 @@ class AttentionMetadata:
     seqused_k: torch.Tensor  # [B] int32: KV length per sequence after this step (cached context + new tokens)
     max_seqlen_q: int  # max new tokens of any sequence (host int: no device sync)
     max_seqlen_k: int  # max seqused_k (host int)
+    # True once validate() passed: the layers then run their per-step ops (rope, KV write, attention)
+    # without re-checking these fields in every layer (~180 op calls per decode step).
+    validated: bool = False
+
+    def validate(self, positions: torch.Tensor, block_size: int, num_blocks: int) -> None:
+        """Check the step once (ValueError/TypeError naming the field): positions [T] and these
+        fields against a paged cache of num_blocks blocks of block_size."""
+        ak.check_paged_step(positions, self.slot_mapping, self.block_tables, self.cu_seqlens_q, self.seqused_k,
+                            self.max_seqlen_q, self.max_seqlen_k, block_size, num_blocks)
+        self.validated = True
 
     @property
     def num_seqs(self) -> int:

@@ -1,6 +1,7 @@
 """torch.ops.ascend.* registration (importing this package registers every op) and functional
 wrappers that allocate outputs: `ascendkit.ops.rms_norm(x, w, eps)` etc. One module per op
 family, named like its kernels/ module; `_`-prefixed modules hold checks shared by families."""
+from ascendkit.ops._attention import check_paged_step
 from ascendkit.ops._registry import REGISTERED, kernel_path
 from ascendkit.ops.activation import gelu_tanh_and_mul, silu_and_mul
 from ascendkit.ops.attention_paged import paged_attention
@@ -22,7 +23,7 @@ from ascendkit.ops.sampling import (
 from ascendkit.ops.scaled_mm import scaled_mm, w8a8_linear
 
 __all__ = [
-    "REGISTERED", "kernel_path",
+    "REGISTERED", "kernel_path", "check_paged_step",
     "rms_norm", "fused_add_rms_norm", "silu_and_mul", "gelu_tanh_and_mul", "rotary_embedding",
     "reshape_and_cache_flash", "concat_and_cache_mla", "causal_mask",
     "paged_attention", "flash_attention_varlen", "unified_attention", "mla_attention",

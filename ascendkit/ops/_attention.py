@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import torch
 
-from ascendkit.ops._indices import check_block_table, check_lengths
+from ascendkit.ops._indices import check_block_table, check_lengths, check_slots
 from ascendkit.ops._validate import (
-    FLOAT_DTYPES, INT32, check_positive, check_same_device, check_same_dtype, check_shape, check_tensor,
+    FLOAT_DTYPES, INDEX_DTYPES, INT32, check_positive, check_same_device, check_same_dtype, check_shape, check_tensor,
 )
 
 # Kernels read a cache block as 16-row tiles (the smallest tl.dot operand) and keep a head of up to
@@ -73,6 +73,26 @@ def check_paged_batch(table_name: str, table: torch.Tensor, num_blocks: int, blo
         raise ValueError(f"max_seqlen_k: must be in [0, {capacity}] ({table_name} capacity), got {max_seqlen_k}")
     check_lengths(lens_name, lens, capacity, table_name)
     check_block_table(table_name, table, num_blocks, block_size, lens)
+
+
+def check_paged_step(positions: torch.Tensor, slot_mapping: torch.Tensor, block_tables: torch.Tensor,
+                     cu_seqlens_q: torch.Tensor, seqused_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
+                     block_size: int, num_blocks: int) -> None:
+    """The checks rotary_embedding, reshape_and_cache_flash and unified_attention make of a step's
+    batch description (T = positions' length) against a paged cache of num_blocks blocks of
+    block_size, made once: a caller that passed them may run those ops unvalidated for the step (a
+    model's layers; AttentionMetadata.validate). With ASCENDKIT_CHECK_INDICES=1 this includes the
+    range checks of the slots and block ids."""
+    check_tensor("positions", positions, dtypes=INDEX_DTYPES, ndim=1)
+    num_tokens = positions.shape[0]
+    check_tensor("slot_mapping", slot_mapping, dtypes=INDEX_DTYPES, ndim=1)
+    if slot_mapping.shape[0] > num_tokens:
+        raise ValueError(f"slot_mapping: {slot_mapping.shape[0]} slots for {num_tokens} tokens")
+    check_slots("slot_mapping", slot_mapping, num_blocks, block_size)
+    check_paged_batch("block_tables", block_tables, num_blocks, block_size, "seqused_k", seqused_k, num_tokens,
+                      cu_seqlens_q, max_seqlen_q, max_seqlen_k)
+    check_same_device(positions=positions, slot_mapping=slot_mapping, block_tables=block_tables,
+                      cu_seqlens_q=cu_seqlens_q, seqused_k=seqused_k)
 
 
 def validate_unified(out, query, key_cache, value_cache, block_table, cu_seqlens_q, seqused_k, max_seqlen_q: int,

@@ -12,6 +12,8 @@ the Triton launcher `<name>` in ascendkit/kernels/<family>.py. Dispatch:
   CUDA         -> Triton launcher
   Meta/fake    -> validate, then `fake` (default: nothing, for ops that only write their
                   `Tensor!` arguments)
+
+`unchecked(name)` is the same op without its validator, for the model's hot loop (see there).
 """
 from __future__ import annotations
 
@@ -41,6 +43,9 @@ class OpInfo:
 # name -> where the op is declared and which launcher it runs (tests/test_layout.py checks that
 # the launcher resolves).
 OP_INFO: dict[str, OpInfo] = {}
+
+# name -> the op without its validator (unchecked()).
+_UNCHECKED: dict[str, Callable] = {}
 
 
 def kernel_path() -> str:
@@ -96,7 +101,28 @@ def register_op(name: str, schema: str, *, validate: Callable[..., None], fake: 
     torch.library.register_fake(f"{NAMESPACE}::{name}", fake_impl, lib=_LIB)
     REGISTERED[name] = schema
     OP_INFO[name] = OpInfo(schema, triton, module)
-    return getattr(torch.ops.ascend, name).default
+    overload = getattr(torch.ops.ascend, name).default
+
+    def unchecked_impl(*args):
+        if torch.compiler.is_compiling():
+            return overload(*args)  # traced graphs keep the custom op (and its fake impl)
+        device = args[0].device.type
+        if device == "cpu":
+            return (launcher if kernel_path() == "triton" else reference)(*args)
+        return launcher(*args) if device in ("npu", "cuda") else overload(*args)
+
+    _UNCHECKED[name] = unchecked_impl
+    return overload
+
+
+def unchecked(name: str) -> Callable:
+    """`torch.ops.ascend.<name>` without its validator and, in eager mode, without the dispatcher:
+    the reference or launcher called directly (~65 µs less per call on CPU, 17 of them the
+    validator; a decode step makes ~180 such calls). Only for callers whose arguments are valid
+    by construction: the model's layers, whose tensors come from their own weights and from a
+    step whose AttentionMetadata was validated once (AttentionMetadata.validate). The registered
+    op keeps validating every call for everyone else."""
+    return _UNCHECKED[name]
 
 
 def _lazy(target: str) -> Callable:

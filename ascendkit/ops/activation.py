@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from ascendkit.ops._registry import register_op
+from ascendkit.ops._registry import register_op, unchecked
 from ascendkit.ops._validate import FLOAT_DTYPES, check_rows_viewable, check_same_device, check_same_dtype, check_shape, check_tensor
 
 
@@ -21,20 +21,23 @@ def _validate(out: torch.Tensor, input: torch.Tensor) -> None:
 
 silu_and_mul_op = register_op("silu_and_mul", "(Tensor! out, Tensor input) -> ()", validate=_validate)
 gelu_tanh_and_mul_op = register_op("gelu_tanh_and_mul", "(Tensor! out, Tensor input) -> ()", validate=_validate)
+_UNCHECKED = {silu_and_mul_op: unchecked("silu_and_mul"), gelu_tanh_and_mul_op: unchecked("gelu_tanh_and_mul")}
 
 
-def _gated(op, input: torch.Tensor) -> torch.Tensor:
+def _gated(op, input: torch.Tensor, validate: bool) -> torch.Tensor:
     out = torch.empty((*input.shape[:-1], input.shape[-1] // 2), dtype=input.dtype, device=input.device)
-    op(out, input)
+    (op if validate else _UNCHECKED[op])(out, input)
     return out
 
 
-def silu_and_mul(input: torch.Tensor) -> torch.Tensor:
-    """input [..., 2d] (fp16/bf16/fp32) -> silu(input[..., :d]) * input[..., d:], shape [..., d]."""
-    return _gated(silu_and_mul_op, input)
+def silu_and_mul(input: torch.Tensor, *, validate: bool = True) -> torch.Tensor:
+    """input [..., 2d] (fp16/bf16/fp32) -> silu(input[..., :d]) * input[..., d:], shape [..., d].
+    validate=False: no argument checks (`_registry.unchecked`: for callers valid by construction)."""
+    return _gated(silu_and_mul_op, input, validate)
 
 
-def gelu_tanh_and_mul(input: torch.Tensor) -> torch.Tensor:
+def gelu_tanh_and_mul(input: torch.Tensor, *, validate: bool = True) -> torch.Tensor:
     """input [..., 2d] (fp16/bf16/fp32) -> gelu_tanh(input[..., :d]) * input[..., d:], shape [..., d];
-    gelu_tanh is torch's F.gelu(approximate="tanh") (HF "gelu_pytorch_tanh", Gemma's MLP)."""
-    return _gated(gelu_tanh_and_mul_op, input)
+    gelu_tanh is torch's F.gelu(approximate="tanh") (HF "gelu_pytorch_tanh", Gemma's MLP).
+    validate=False: no argument checks (`_registry.unchecked`: for callers valid by construction)."""
+    return _gated(gelu_tanh_and_mul_op, input, validate)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from ascendkit.ops._indices import check_slots
-from ascendkit.ops._registry import register_op
+from ascendkit.ops._registry import register_op, unchecked
 from ascendkit.ops._validate import FLOAT_DTYPES, INDEX_DTYPES, check_same_device, check_same_dtype, check_shape, check_tensor
 
 # Quantised caches (fp8/int8) come with their own kernels; until then only "auto" (store as is).
@@ -62,6 +62,7 @@ RESHAPE_AND_CACHE_FLASH_SCHEMA = ("(Tensor key, Tensor value, Tensor! key_cache,
                                   "Tensor slot_mapping, str kv_cache_dtype, Tensor k_scale, Tensor v_scale) -> ()")
 reshape_and_cache_flash_op = register_op("reshape_and_cache_flash", RESHAPE_AND_CACHE_FLASH_SCHEMA,
                                          validate=_validate_flash)
+_reshape_and_cache_flash_unchecked = unchecked("reshape_and_cache_flash")
 
 CONCAT_AND_CACHE_MLA_SCHEMA = ("(Tensor kv_c, Tensor k_pe, Tensor! kv_cache, Tensor slot_mapping, str kv_cache_dtype, "
                                "Tensor scale) -> ()")
@@ -74,15 +75,18 @@ def _unit_scale(like: torch.Tensor) -> torch.Tensor:
 
 def reshape_and_cache_flash(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                             slot_mapping: torch.Tensor, kv_cache_dtype: str = "auto", k_scale: torch.Tensor | None = None,
-                            v_scale: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                            v_scale: torch.Tensor | None = None, *,
+                            validate: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """Write key/value [T, num_kv_heads, head_size] (token and head strides free) into the paged
     caches [num_blocks, block_size, num_kv_heads, head_size] (same dtype) at slot_mapping [S ≤ T]
     (int32/int64; slot = block · block_size + offset, −1 = padding, skipped). A slot outside
     [0, num_blocks · block_size) is skipped too, never written (ASCENDKIT_CHECK_INDICES=1 raises
-    instead). Returns the caches."""
+    instead). Returns the caches.
+    validate=False: no argument checks (`_registry.unchecked`: for callers valid by construction)."""
     k_scale = _unit_scale(key) if k_scale is None else k_scale
     v_scale = _unit_scale(key) if v_scale is None else v_scale
-    reshape_and_cache_flash_op(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale)
+    op = reshape_and_cache_flash_op if validate else _reshape_and_cache_flash_unchecked
+    op(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale)
     return key_cache, value_cache
 
 

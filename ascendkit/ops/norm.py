@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from ascendkit.ops._registry import register_op
+from ascendkit.ops._registry import register_op, unchecked
 from ascendkit.ops._validate import (
     FLOAT_DTYPES, check_positive, check_rows_viewable, check_same_device, check_same_dtype, check_shape, check_tensor,
 )
@@ -39,20 +39,26 @@ rms_norm_op = register_op("rms_norm", RMS_NORM_SCHEMA, validate=_validate_rms_no
 FUSED_ADD_RMS_NORM_SCHEMA = "(Tensor! input, Tensor! residual, Tensor weight, float epsilon) -> ()"
 fused_add_rms_norm_op = register_op("fused_add_rms_norm", FUSED_ADD_RMS_NORM_SCHEMA,
                                     validate=_validate_fused_add_rms_norm)
+_rms_norm_unchecked, _fused_add_rms_norm_unchecked = unchecked("rms_norm"), unchecked("fused_add_rms_norm")
 
 
-def rms_norm(input: torch.Tensor, weight: torch.Tensor, epsilon: float = 1e-6) -> torch.Tensor:
+def rms_norm(input: torch.Tensor, weight: torch.Tensor, epsilon: float = 1e-6, *,
+             validate: bool = True) -> torch.Tensor:
     """RMSNorm of input [..., hidden] (fp16/bf16/fp32, rows may be strided) with weight [hidden]
-    of the same dtype; returns a new contiguous tensor shaped like input."""
+    of the same dtype; returns a new contiguous tensor shaped like input.
+    validate=False: no argument checks (`_registry.unchecked`: for callers valid by construction)."""
     out = torch.empty(input.shape, dtype=input.dtype, device=input.device)
-    rms_norm_op(out, input, weight, epsilon)
+    (rms_norm_op if validate else _rms_norm_unchecked)(out, input, weight, epsilon)
     return out
 
 
 def fused_add_rms_norm(
-    input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, epsilon: float = 1e-6
+    input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, epsilon: float = 1e-6, *,
+    validate: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """residual <- input + residual; input <- rms_norm(residual) * weight. Both [..., hidden],
-    same dtype, updated in place; returns (input, residual) for chaining."""
-    fused_add_rms_norm_op(input, residual, weight, epsilon)
+    same dtype, updated in place; returns (input, residual) for chaining.
+    validate=False: no argument checks (`_registry.unchecked`: for callers valid by construction)."""
+    op = fused_add_rms_norm_op if validate else _fused_add_rms_norm_unchecked
+    op(input, residual, weight, epsilon)
     return input, residual

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from ascendkit.ops._indices import check_positions
-from ascendkit.ops._registry import register_op
+from ascendkit.ops._registry import register_op, unchecked
 from ascendkit.ops._validate import FLOAT_DTYPES, INDEX_DTYPES, check_same_device, check_same_dtype, check_tensor
 
 
@@ -38,16 +38,20 @@ def _validate(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | 
 ROTARY_EMBEDDING_SCHEMA = ("(Tensor positions, Tensor! query, Tensor!? key, int head_size, Tensor cos_sin_cache, "
                            "bool is_neox) -> ()")
 rotary_embedding_op = register_op("rotary_embedding", ROTARY_EMBEDDING_SCHEMA, validate=_validate)
+_rotary_embedding_unchecked = unchecked("rotary_embedding")
 
 
 def rotary_embedding(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | None, head_size: int,
-                     cos_sin_cache: torch.Tensor, is_neox: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+                     cos_sin_cache: torch.Tensor, is_neox: bool, *,
+                     validate: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Rotate the first rot_dim dims of every head of query [T, H*D] or [T, H, D] and key (same
     layouts, its own head count, or None) in place, at positions [T] (int32/int64).
     cos_sin_cache [max_position, rot_dim] = cat(cos, sin) (any float dtype; math in fp32).
     is_neox: rotate halves (x[:r/2], x[r/2:r]); False: interleaved pairs (GPT-J, DeepSeek).
     A token whose position is outside [0, max_position) is left unrotated: its query and key rows
     are not touched (ASCENDKIT_CHECK_INDICES=1 raises instead). Token rows may be strided; returns
-    (query, key) for chaining."""
-    rotary_embedding_op(positions, query, key, head_size, cos_sin_cache, is_neox)
+    (query, key) for chaining.
+    validate=False: no argument checks (`_registry.unchecked`: for callers valid by construction)."""
+    op = rotary_embedding_op if validate else _rotary_embedding_unchecked
+    op(positions, query, key, head_size, cos_sin_cache, is_neox)
     return query, key

@@ -29,10 +29,13 @@ class Engine:
         self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, config.max_num_batched_tokens)
         self.sampler = Sampler(config.device, seed)
         graph_runner = None
-        if config.graph != "off":
+        # Only captured graphs need static, bucket-padded buffers: on CPU nothing is captured, so
+        # decode batches run eagerly at their own size (padding 5 rows to 8 was pure extra work).
+        if config.graph != "off" and config.device.type in ("npu", "cuda"):
             graph_runner = GraphRunner(model, config.max_num_seqs, config.max_model_len, config.block_size,
-                                       config.device, capture=config.device.type in ("npu", "cuda"))
-        self.runner = ModelRunner(model, config.block_size, config.device, self.sampler, graph_runner)
+                                       config.device, capture=True)
+        self.runner = ModelRunner(model, config.block_size, config.num_kv_blocks, config.device, self.sampler,
+                                  graph_runner)
         self.stop = StopChecker(tokenizer, eos_token_ids)
         self.next_seq_id = 0
         self.num_steps = 0

@@ -4,9 +4,10 @@ A decode batch of b sequences runs as the smallest bucket B >= b (1, 2, 4, 8, 16
 max_num_seqs); rows b..B-1 are padding: slot -1 (KV not written) and seqused_k 0 (attention
 outputs 0 for them). On NPU (torch.npu.NPUGraph) and CUDA (torch.cuda.CUDAGraph) each bucket is
 captured once and replayed; the captured attention sees max_seqlen_k = max_model_len and the
-full-width block table, since host ints are frozen into the graph. On CPU the same buffers,
-bucketing and padding run eagerly (with the batch's real max_seqlen_k and block-table width,
-which an eager call may use), so that logic is tested without a device. Batches larger than
+full-width block table, since host ints are frozen into the graph. With capture=False (CPU
+tests) the same buffers, bucketing and padding run eagerly (with the batch's real max_seqlen_k
+and block-table width, which an eager call may use), so that logic is tested without a device;
+the Engine builds a GraphRunner only on NPU/CUDA, where there is something to capture. Batches larger than
 the largest bucket run eagerly without padding (the ModelRunner checks `fits`). What is
 captured is the RuntimeModel call model(input_ids, positions, attn_metadata).
 """

@@ -51,8 +51,8 @@ class LLM:
     the platform's, 128 on NPU and 16 on CPU/CUDA: `platform.default_block_size`); the
     cache holds num_kv_blocks blocks, or as many as fit in kv_cache_memory bytes, or (default)
     90% of free NPU/CUDA memory / 1 GiB on CPU. graph: "auto" runs decode steps through the
-    bucketed GraphRunner (captured NPU/CUDA graphs; eager static buffers on CPU), "off" runs
-    every step eagerly. quantization: None or "w8a8". seed: for unseeded sampling.
+    bucketed GraphRunner on NPU/CUDA (captured graphs; CPU runs every step eagerly, unpadded),
+    "off" runs every step eagerly. quantization: None or "w8a8". seed: for unseeded sampling.
     """
 
     def __init__(self, model="default", dtype: torch.dtype | str = torch.float32, device: str | None = None,

@@ -30,9 +30,9 @@ class StepInputs:
 
 
 class ModelRunner:
-    def __init__(self, model: RuntimeModel, block_size: int, device: torch.device, sampler: Sampler,
+    def __init__(self, model: RuntimeModel, block_size: int, num_blocks: int, device: torch.device, sampler: Sampler,
                  graph_runner: GraphRunner | None) -> None:
-        self.model, self.block_size, self.device = model, block_size, device
+        self.model, self.block_size, self.num_blocks, self.device = model, block_size, num_blocks, device
         self.sampler, self.graph_runner = sampler, graph_runner
 
     def prepare(self, batch: ScheduledBatch) -> StepInputs:
@@ -59,7 +59,10 @@ class ModelRunner:
         dev = self.device
         meta = AttentionMetadata(slots.to(dev), tables.to(dev), cu.to(dev),
                                  torch.tensor(ends, dtype=torch.int32).to(dev), max(counts), max(ends))
-        return StepInputs(torch.tensor(ids, dtype=torch.int64).to(dev), positions.to(dev), meta,
+        positions = positions.to(dev)
+        # Once per step; the model's layers then skip the per-op checks.
+        meta.validate(positions, self.block_size, self.num_blocks)
+        return StepInputs(torch.tensor(ids, dtype=torch.int64).to(dev), positions, meta,
                           (cu[1:][sampled].long() - 1).to(dev), [seqs[i] for i in sampled])
 
     @torch.inference_mode()

@@ -13,7 +13,7 @@ class PagedDriver:
 
     def __init__(self, model, num_seqs: int, block_size: int = 16, blocks_per_seq: int = 4, dtype=torch.float32):
         self.model, self.block_size = model, block_size
-        num_blocks = num_seqs * blocks_per_seq + 1
+        self.num_blocks = num_blocks = num_seqs * blocks_per_seq + 1
         order = torch.randperm(num_blocks - 1, generator=torch.Generator().manual_seed(1)) + 1
         self.tables = order.view(num_seqs, blocks_per_seq).to(torch.int32)
         model.allocate_kv_cache(num_blocks, block_size, dtype, "cpu")
@@ -44,8 +44,10 @@ class PagedDriver:
             slot_mapping=torch.tensor(slots, dtype=torch.int64), block_tables=torch.stack(rows),
             cu_seqlens_q=torch.tensor(cu, dtype=torch.int32), seqused_k=torch.tensor(used, dtype=torch.int32),
             max_seqlen_q=max(len(v) for v in tokens.values()), max_seqlen_k=max(used))
+        positions = torch.tensor(pos)
+        meta.validate(positions, self.block_size, self.num_blocks)  # as the ModelRunner does: the layers then skip per-op checks
         with torch.no_grad():
-            hidden = self.model(torch.tensor(ids), torch.tensor(pos), meta)
+            hidden = self.model(torch.tensor(ids), positions, meta)
             return self.model.compute_logits(hidden)
 
 

@@ -14,6 +14,7 @@ from ascendkit.runtime.scheduler import ScheduledBatch
 from ascendkit.runtime.sequence import Sequence
 
 BLOCK = 4
+NUM_BLOCKS = 160
 
 
 @pytest.mark.parametrize("max_num_seqs, expected", [
@@ -42,12 +43,12 @@ def test_padded_bucket_decode_equals_eager(num_seqs):
     results = []
     for use_graph in (False, True):
         model = StubModel()
-        model.allocate_kv_cache(160, BLOCK, torch.float32, "cpu")
+        model.allocate_kv_cache(NUM_BLOCKS, BLOCK, torch.float32, "cpu")
         for seq in batch.seqs:  # the context's KV, as earlier steps would have written it
             for pos in range(len(seq) - 1):
                 model.cache[seq.block_table[pos // BLOCK], pos % BLOCK] = seq.token_ids[pos]
         graph = GraphRunner(model, 16, 256, BLOCK, torch.device("cpu"), capture=False) if use_graph else None
-        runner = ModelRunner(model, BLOCK, torch.device("cpu"), Sampler(torch.device("cpu")), graph)
+        runner = ModelRunner(model, BLOCK, NUM_BLOCKS, torch.device("cpu"), Sampler(torch.device("cpu")), graph)
         inputs = runner.prepare(batch)
         if use_graph:
             hidden = graph.run(inputs.input_ids, inputs.positions, inputs.meta)
@@ -63,9 +64,9 @@ def test_padded_bucket_decode_equals_eager(num_seqs):
 
 def test_padding_rows_reset_between_steps():
     model = StubModel()
-    model.allocate_kv_cache(160, BLOCK, torch.float32, "cpu")
+    model.allocate_kv_cache(NUM_BLOCKS, BLOCK, torch.float32, "cpu")
     graph = GraphRunner(model, 16, 256, BLOCK, torch.device("cpu"), capture=False)
-    runner = ModelRunner(model, BLOCK, torch.device("cpu"), Sampler(torch.device("cpu")), graph)
+    runner = ModelRunner(model, BLOCK, NUM_BLOCKS, torch.device("cpu"), Sampler(torch.device("cpu")), graph)
     for seq in _decode_batch(7).seqs:
         for pos in range(len(seq) - 1):
             model.cache[seq.block_table[pos // BLOCK], pos % BLOCK] = seq.token_ids[pos]

@@ -8,12 +8,11 @@ lm_head.weight); merged projections are resolved by the weight loader.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ascendkit.model.architectures.model_config import ModelConfig
 from ascendkit.model.attention_metadata import AttentionMetadata
-from ascendkit.model.layers.linear import Linear
+from ascendkit.model.layers.linear import Linear, PackedWeight, float_linear, pack_weight
 from ascendkit.model.layers.norm import RMSNorm
 
 
@@ -76,6 +75,7 @@ class CausalLM(nn.Module):
         super().__init__()
         self.config = config
         self.lm_head = None if config.tie_word_embeddings else Linear(config.hidden_size, config.vocab_size)
+        self.tied_head: PackedWeight | None = None  # the packed embedding, when tied (post_load)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn_metadata: AttentionMetadata) -> torch.Tensor:
         """Flat token batch: input_ids [T] and positions [T] int64 -> hidden [T, hidden_size]."""
@@ -83,8 +83,11 @@ class CausalLM(nn.Module):
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [N, hidden_size] -> fp32 logits [N, vocab_size]."""
-        weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        logits = F.linear(hidden, weight).float()
+        if self.lm_head is None:
+            logits = float_linear(hidden, self.model.embed_tokens.weight, None, self.tied_head)
+        else:
+            logits = self.lm_head(hidden)  # never W8A8 (model/loading/w8a8.py keeps it float)
+        logits = logits.float()
         cap = self.config.final_logit_softcapping
         return torch.tanh(logits / cap) * cap if cap else logits
 
@@ -104,4 +107,10 @@ class CausalLM(nn.Module):
             attn.allocate_cache(num_blocks, block_size, dtype, torch.device(device))
 
     def post_load(self) -> None:
-        """Derive tensors computed from loaded weights (MLA's absorbed projections); no-op here."""
+        """Derive what is computed from loaded weights: every float Linear and the tied LM head
+        packed for oneDNN on CPU fp32 (subclasses add theirs, e.g. MLA's absorbed projections)."""
+        for module in self.modules():
+            if isinstance(module, Linear):
+                module.prepack()
+        if self.lm_head is None:
+            self.tied_head = pack_weight(self.model.embed_tokens.weight)

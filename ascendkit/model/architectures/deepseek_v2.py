@@ -36,5 +36,6 @@ class DeepseekV2ForCausalLM(CausalLM):
         self.model = DecoderModel(c, layers)
 
     def post_load(self) -> None:
+        super().post_load()
         for attn in self.attention_layers():
             attn.absorb_weights()

@@ -45,12 +45,13 @@ class Attention(nn.Module):
         if self.key_cache is None:
             raise RuntimeError("KV cache not allocated: call model.allocate_kv_cache(...) first")
         tokens = x.shape[0]
+        check = not meta.validated  # a validated step's metadata needs no per-layer checks
         qkv = self.qkv_proj(x)
         if self.q_norm is None:
             # q and k heads sit side by side in each qkv row and rotate identically: one rope call
             # over the [T, H + KVH, D] view halves the rope op's per-layer cost on CPU.
             qk_width = (self.num_heads + self.num_kv_heads) * self.head_dim
-            self.rotary(positions, qkv[:, :qk_width].view(tokens, -1, self.head_dim), None)
+            self.rotary(positions, qkv[:, :qk_width].view(tokens, -1, self.head_dim), None, check)
         q, k, v = qkv.split(self.qkv_proj.shard_sizes, dim=-1)
         q = q.reshape(tokens, self.num_heads, self.head_dim)
         k = k.reshape(tokens, self.num_kv_heads, self.head_dim)
@@ -58,9 +59,9 @@ class Attention(nn.Module):
         if self.q_norm is not None:
             # rms_norm needs rows it can view as [T*H, D]; q/k are strided slices of the qkv output
             q, k = self.q_norm(q.contiguous()), self.k_norm(k.contiguous())
-            self.rotary(positions, q, k)
-        ak.reshape_and_cache_flash(k, v, self.key_cache, self.value_cache, meta.slot_mapping)
+            self.rotary(positions, q, k, check)
+        ak.reshape_and_cache_flash(k, v, self.key_cache, self.value_cache, meta.slot_mapping, validate=check)
         out = ak.unified_attention(q, self.key_cache, self.value_cache, meta.block_tables, meta.cu_seqlens_q,
                                    meta.seqused_k, meta.max_seqlen_q, meta.max_seqlen_k, self.scale,
-                                   sliding_window=self.sliding_window)
+                                   sliding_window=self.sliding_window, validate=check)
         return self.o_proj(out.reshape(tokens, self.num_heads * self.head_dim))

@@ -17,6 +17,8 @@ class RotaryEmbedding(nn.Module):
         cache = build_cos_sin_cache(rotary_dim, max_position, base, scaling, torch.get_default_dtype())
         self.register_buffer("cos_sin_cache", cache, persistent=False)
 
-    def forward(self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | None) -> None:
-        """Rotate query [T, H, head_size] and key [T, Hkv, head_size] (or None) in place at positions [T]."""
-        ak.rotary_embedding(positions, query, key, self.head_size, self.cos_sin_cache, self.is_neox)
+    def forward(self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | None,
+                validate: bool = True) -> None:
+        """Rotate query [T, H, head_size] and key [T, Hkv, head_size] (or None) in place at positions
+        [T]. validate=False once the step's positions were checked (AttentionMetadata.validate)."""
+        ak.rotary_embedding(positions, query, key, self.head_size, self.cos_sin_cache, self.is_neox, validate=validate)

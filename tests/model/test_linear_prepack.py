@@ -1,0 +1,91 @@
+"""Linear's oneDNN prepacking on CPU fp32: same outputs as the plain matmul, a clean fallback where
+oneDNN cannot help, never a stale read after the weight changes, and the tied LM head packed too."""
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ascendkit.model.layers.linear import Linear, pack_weight
+
+needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
+
+
+def _linear(bias: bool = True, dtype=torch.float32) -> Linear:
+    linear = Linear(48, [40, 24], bias=bias, shard_names=["a", "b"]).to(dtype)
+    torch.manual_seed(0)
+    linear.weight.data.normal_()
+    if bias:
+        linear.bias.data.normal_()
+    return linear
+
+
+@needs_onednn
+@pytest.mark.parametrize("rows", [0, 1, 7, 33])
+def test_packed_matches_plain_matmul(rows):
+    linear = _linear()
+    linear.prepack()
+    assert linear.packed is not None
+    x = torch.randn(rows, 48)
+    torch.testing.assert_close(linear(x), F.linear(x, linear.weight, linear.bias))
+
+
+@needs_onednn
+def test_weight_changed_after_packing_is_not_read_stale():
+    linear = _linear(bias=False)
+    linear.prepack()
+    x = torch.randn(3, 48)
+    with torch.no_grad():
+        linear.weight.mul_(2)
+    torch.testing.assert_close(linear(x), F.linear(x, linear.weight))
+    linear.to_w8a8_shell(static=False)
+    assert linear.packed is None
+
+
+@needs_onednn
+def test_deepcopy_packs_the_copied_weight():
+    linear = _linear()
+    linear.prepack()
+    clone = copy.deepcopy(linear)
+    assert clone.packed is not None and clone.packed.source is clone.weight
+    x = torch.randn(2, 48)
+    torch.testing.assert_close(clone(x), linear(x))
+
+
+def test_falls_back_where_onednn_cannot_help(monkeypatch):
+    assert pack_weight(torch.randn(8, 4, dtype=torch.float64)) is None
+    assert pack_weight(torch.randn(8, 4, dtype=torch.bfloat16)) is None
+    monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
+    linear = _linear()
+    linear.prepack()
+    assert linear.packed is None
+    x = torch.randn(3, 48)
+    torch.testing.assert_close(linear(x), F.linear(x, linear.weight, linear.bias))
+
+
+@needs_onednn
+@pytest.mark.parametrize("tied", [True, False])
+def test_loaded_model_packs_every_linear_and_the_lm_head(tied, tmp_path):
+    from transformers import LlamaConfig
+
+    from ascendkit.model import load_model
+    from model.helpers import save_tiny
+
+    save_tiny(LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
+                          num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=tied), tmp_path)
+    model = load_model(str(tmp_path)).model
+    assert all(m.packed is not None for m in model.modules() if isinstance(m, Linear))
+    head = model.model.embed_tokens.weight if tied else model.lm_head.weight
+    assert (model.tied_head is not None) == tied
+    hidden = torch.randn(5, 32)
+    torch.testing.assert_close(model.compute_logits(hidden), F.linear(hidden, head))
+
+
+@needs_onednn
+def test_weights_made_in_inference_mode_pack_too():
+    with torch.inference_mode():
+        linear = _linear()
+        linear.prepack()
+        x = torch.randn(3, 48)
+        assert linear.packed is not None and linear.packed.version is None
+        torch.testing.assert_close(linear(x), F.linear(x, linear.weight, linear.bias))
