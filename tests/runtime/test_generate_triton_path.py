@@ -1,7 +1,7 @@
 """LLM.generate with every op on the Triton path (kernels under the interpreter) on a tiny
 2-layer random Llama: decode batches at their own size (CPU captures nothing, so nothing is
-padded to a graph bucket), 16-token prefill chunks and preemption by recompute (a 5-block cache), then static and
-dynamic W8A8 with a > 64-token prefill (w8a8_linear past its one-tile fused path). Greedy tokens
+padded) and, as on NPU, padded to graph buckets through an uncaptured GraphRunner; 16-token
+prefill chunks and preemption by recompute (a 5-block cache); then static and dynamic W8A8 with a > 64-token prefill (w8a8_linear past its one-tile fused path). Greedy tokens
 must equal the reference path's. Tiny because the interpreter runs every program in Python."""
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from transformers import LlamaConfig
 
 from ascendkit.model import LoadedModel, load_model, quantize_w8a8
 from ascendkit.runtime import LLM, SamplingParams
+from ascendkit.runtime.graph_runner import GraphRunner
 from model.helpers import PagedDriver, save_tiny
 
 CONFIG = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
@@ -31,11 +32,16 @@ def tiny_dir(tmp_path_factory):
     return str(path)
 
 
-def run(model, monkeypatch, path: str, prompts, params, **config):
+def run(model, monkeypatch, path: str, prompts, params, padded: bool = False, **config):
     """Generate on `path` ("reference" | "triton"); returns the LLM, the token ids and, per
-    forward call, (tokens, padding rows)."""
+    forward call, (tokens, padding rows). padded: decode steps go through the bucketed
+    GraphRunner as on NPU/CUDA (uncaptured here), so their batches carry padding rows."""
     monkeypatch.setenv("ASCENDKIT_KERNELS", path)
     llm = LLM(model, **config)
+    if padded:
+        c = llm.config
+        llm.engine.runner.graph_runner = GraphRunner(llm.model, c.max_num_seqs, c.max_model_len, c.block_size,
+                                                     c.device, capture=False)
     calls = []
     llm.model.register_forward_pre_hook(lambda _, args: calls.append(
         (args[0].shape[0], int((args[2].seqused_k == 0).sum()))))
@@ -44,12 +50,13 @@ def run(model, monkeypatch, path: str, prompts, params, **config):
 
 
 @pytest.mark.slow
-def test_generate_on_triton_path_with_chunks_and_preemption(tiny_dir, monkeypatch):
-    llm, got, calls = run(tiny_dir, monkeypatch, "triton", PROMPTS, GREEDY, **SMALL)
+@pytest.mark.parametrize("padded", [False, True])
+def test_generate_on_triton_path_with_chunks_and_preemption(tiny_dir, monkeypatch, padded):
+    llm, got, calls = run(tiny_dir, monkeypatch, "triton", PROMPTS, GREEDY, padded, **SMALL)
     assert llm.last_stats.num_preemptions > 0
-    assert not any(pad for _, pad in calls), "a CPU decode step ran padding rows"
+    assert any(pad for _, pad in calls) == padded, "padding rows only through the bucketed runner"
     assert max(n for n, _ in calls) == 16  # prompts were split into 16-token chunks
-    _, expected, ref_calls = run(tiny_dir, monkeypatch, "reference", PROMPTS, GREEDY, **SMALL)
+    _, expected, ref_calls = run(tiny_dir, monkeypatch, "reference", PROMPTS, GREEDY, padded, **SMALL)
     assert got == expected and calls == ref_calls  # same schedule, same tokens
     _, alone, _ = run(tiny_dir, monkeypatch, "reference", PROMPTS, GREEDY, max_model_len=64, num_kv_blocks=64,
                       graph="off")
