@@ -35,7 +35,9 @@ def check_tensor(
             raise ValueError(f"{name}: expected {' or '.join(map(str, allowed))} dims, got shape {tuple(t.shape)}")
     if contiguous and not t.is_contiguous():
         raise ValueError(f"{name}: must be contiguous (strides {t.stride()})")
-    if last_dim_contiguous and t.dim() > 0 and t.shape[-1] > 1 and t.stride(-1) != 1:
+    # stride first: a unit stride settles it without reading the size, which under torch.compile
+    # would guard on a dynamic token count (and recompile when it is 1)
+    if last_dim_contiguous and t.dim() > 0 and t.stride(-1) != 1 and t.shape[-1] > 1:
         raise ValueError(f"{name}: last dim must be contiguous (stride 1), got strides {t.stride()}")
 
 

@@ -8,7 +8,7 @@ from ascendkit.ops._registry import register_op, unchecked
 
 
 UNIFIED_ATTENTION_SCHEMA = ("(Tensor! out, Tensor query, Tensor key_cache, Tensor value_cache, Tensor block_table, "
-                            "Tensor cu_seqlens_q, Tensor seqused_k, int max_seqlen_q, int max_seqlen_k, float scale, "
+                            "Tensor cu_seqlens_q, Tensor seqused_k, SymInt max_seqlen_q, SymInt max_seqlen_k, float scale, "
                             "float softcap, int sliding_window) -> ()")
 unified_attention_op = register_op("unified_attention", UNIFIED_ATTENTION_SCHEMA, validate=validate_unified)
 _unified_attention_unchecked = unchecked("unified_attention")

@@ -30,7 +30,7 @@ def _validate(out: torch.Tensor, query: torch.Tensor, kv_cache: torch.Tensor, bl
 
 
 MLA_ATTENTION_SCHEMA = ("(Tensor! out, Tensor query, Tensor kv_cache, Tensor block_table, Tensor cu_seqlens_q, "
-                        "Tensor seqused_k, int max_seqlen_q, int max_seqlen_k, int kv_lora_rank, float scale) -> ()")
+                        "Tensor seqused_k, SymInt max_seqlen_q, SymInt max_seqlen_k, int kv_lora_rank, float scale) -> ()")
 mla_attention_op = register_op("mla_attention", MLA_ATTENTION_SCHEMA, validate=_validate)
 
 

@@ -35,6 +35,8 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quantize", choices=("w8a8",), default=None, help="W8A8 dynamic on every Linear but the LM head")
     parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--graph", choices=("auto", "off"), default="auto")
+    parser.add_argument("--compilation-level", type=int, choices=(0, 1, 2), default=0,
+                        help="0 eager, 1 torch.compile as is, 2 Dynamo once (one trace, no recompiles)")
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -42,7 +44,7 @@ def _generate(args: argparse.Namespace) -> int:
     from ascendkit.runtime.sampling_params import SamplingParams
 
     llm = LLM(args.model, dtype=args.dtype, max_model_len=args.max_model_len, quantization=args.quantize,
-              graph=args.graph)
+              graph=args.graph, compilation_config=args.compilation_level)
     params = SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens,
                             seed=args.seed)
     use_tqdm = len(args.prompt) > 1
@@ -59,6 +61,8 @@ def _generate(args: argparse.Namespace) -> int:
     print(f"{stats.num_requests} requests, {stats.prompt_tokens} prompt + {stats.generated_tokens} generated tokens "
           f"in {stats.elapsed_s:.2f} s: {stats.tokens_per_s:.1f} tokens/s "
           f"({llm.config.device.type}, {str(llm.config.dtype).replace('torch.', '')})")
+    if args.compilation_level:
+        print(llm.engine.model.describe())
     return 0 if all(o.outputs[0].finish_reason != "error" for o in outputs) else 1
 
 

@@ -1,9 +1,11 @@
 """EngineConfig: the runtime's limits, and how many KV blocks the cache gets."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
+
+from ascendkit.compilation import CompilationConfig
 
 CPU_KV_CACHE_BYTES = 1 << 30  # default KV cache on CPU (host memory is not probed)
 DEVICE_MEMORY_UTILIZATION = 0.9  # share of free NPU/CUDA memory the KV cache may take
@@ -20,6 +22,7 @@ class EngineConfig:
     graph: str  # "auto" | "off"
     device: torch.device
     dtype: torch.dtype
+    compilation: CompilationConfig = field(default_factory=CompilationConfig)
 
 
 def resolve_dtype(dtype: torch.dtype | str) -> torch.dtype:

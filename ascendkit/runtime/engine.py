@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 
+from ascendkit.compilation import compile_model
 from ascendkit.runtime.block_manager import BlockManager
 from ascendkit.runtime.config import EngineConfig
 from ascendkit.runtime.graph_runner import GraphRunner
@@ -25,6 +26,8 @@ class Engine:
     def __init__(self, model: RuntimeModel, tokenizer, eos_token_ids: set[int], config: EngineConfig, seed: int = 0) -> None:
         self.config = config
         model.allocate_kv_cache(config.num_kv_blocks, config.block_size, config.dtype, config.device)
+        # the runners call the model's forward; at compilation level >= 1 that is the compiled one
+        model = self.model = compile_model(model, config.compilation)
         self.block_manager = BlockManager(config.num_kv_blocks, config.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, config.max_num_batched_tokens)
         self.sampler = Sampler(config.device, seed)

@@ -11,6 +11,7 @@ from typing import Sequence as Seq
 import torch
 from tqdm import tqdm
 
+from ascendkit.compilation import CompilationConfig
 from ascendkit.runtime.config import EngineConfig, kv_cache_blocks, resolve_dtype
 from ascendkit.runtime.engine import Engine
 from ascendkit.runtime.model_interface import RuntimeModel, RuntimeModelConfig, require
@@ -53,19 +54,22 @@ class LLM:
     90% of free NPU/CUDA memory / 1 GiB on CPU. graph: "auto" runs decode steps through the
     bucketed GraphRunner on NPU/CUDA (captured graphs; CPU runs every step eagerly, unpadded),
     "off" runs every step eagerly. quantization: None or "w8a8". seed: for unseeded sampling.
+    compilation_config: a CompilationConfig, a dict of its fields, or an int level (0 none, 1
+    Dynamo as is, 2 Dynamo once; see ascendkit/compilation/config.py); None = level 0.
     """
 
     def __init__(self, model="default", dtype: torch.dtype | str = torch.float32, device: str | None = None,
                  max_model_len: int | None = None, max_num_seqs: int = 32, max_num_batched_tokens: int = 2048,
                  block_size: int | None = None, num_kv_blocks: int | None = None, kv_cache_memory: int | None = None,
                  enable_prefix_caching: bool = True, graph: str = "auto", quantization: str | None = None,
-                 seed: int = 0) -> None:
+                 seed: int = 0, compilation_config: CompilationConfig | dict | int | None = None) -> None:
         from ascendkit import platform
         from ascendkit.model import LoadedModel, load_model
 
         if graph not in ("auto", "off"):
             raise ValueError(f"graph: must be 'auto' or 'off', got {graph!r}")
         dtype = resolve_dtype(dtype)
+        compilation = CompilationConfig.from_user(compilation_config)
         dev = torch.device(device) if device is not None else platform.default_device()
         block_size = platform.default_block_size(dev) if block_size is None else block_size
         loaded = model if isinstance(model, LoadedModel) else load_model(model, dtype, dev, quantization)
@@ -83,7 +87,7 @@ class LLM:
                                  max_model_len=max_model_len, max_num_seqs=max_num_seqs, block_size=block_size,
                                  activation_bytes=max_num_batched_tokens * self.model_config.vocab_size * 4)
         self.config = EngineConfig(max_model_len, max_num_seqs, max_num_batched_tokens, block_size, blocks,
-                                   enable_prefix_caching, graph, dev, dtype)
+                                   enable_prefix_caching, graph, dev, dtype, compilation)
         eos = set(self.tokenizer.eos_token_ids) if self.tokenizer is not None else set()
         eos |= set(self.model_config.eos_token_id or [])
         self.engine = Engine(self.model, self.tokenizer, eos, self.config, seed)

@@ -53,9 +53,11 @@ class Attention(nn.Module):
             qk_width = (self.num_heads + self.num_kv_heads) * self.head_dim
             self.rotary(positions, qkv[:, :qk_width].view(tokens, -1, self.head_dim), None, check)
         q, k, v = qkv.split(self.qkv_proj.shard_sizes, dim=-1)
-        q = q.reshape(tokens, self.num_heads, self.head_dim)
-        k = k.reshape(tokens, self.num_kv_heads, self.head_dim)
-        v = v.reshape(tokens, self.num_kv_heads, self.head_dim)
+        # unflatten splits only the last dim: reshape of these strided slices would make a compiled
+        # forward guard on the token count being 1 (a size-1 dim's stride is free), and recompile
+        q = q.unflatten(-1, (self.num_heads, self.head_dim))
+        k = k.unflatten(-1, (self.num_kv_heads, self.head_dim))
+        v = v.unflatten(-1, (self.num_kv_heads, self.head_dim))
         if self.q_norm is not None:
             # rms_norm needs rows it can view as [T*H, D]; q/k are strided slices of the qkv output
             q, k = self.q_norm(q.contiguous()), self.k_norm(k.contiguous())
