@@ -33,9 +33,7 @@ def eager_tokens(tiny_dir):
     return tokens
 
 
-@pytest.mark.parametrize("graph", ["off", pytest.param("auto", marks=pytest.mark.xfail(strict=True, reason=
-    "CPU GraphRunner's static buffers are normal tensors, the prefill inputs inference tensors: Dynamo's "
-    "dispatch-key guard on input_ids differs, which even skip_guard_eval_unsafe checks"))])
+@pytest.mark.parametrize("graph", ["off", "auto"])
 def test_level_2_compiles_once_over_64_steps(tiny_dir, eager_tokens, graph):
     llm, tokens = _generate(tiny_dir, {"level": 2, "use_inductor": False}, graph)
     assert llm.last_stats.num_steps >= 64

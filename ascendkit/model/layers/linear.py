@@ -61,8 +61,10 @@ def pack_weight(weight: torch.Tensor) -> PackedWeight | None:
 
 def float_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                  packed: PackedWeight | None) -> torch.Tensor:
-    """x·weightᵀ + bias, through the packed copy when it is still the weight's."""
-    if packed is not None and packed.usable_for(weight, x):
+    """x·weightᵀ + bias, through the packed copy when it is still the weight's. Not while Dynamo
+    traces: the version check would be a data-dependent guard, and a compiled graph gets its
+    weights prepacked by the compiler's own freezing instead."""
+    if packed is not None and not torch.compiler.is_compiling() and packed.usable_for(weight, x):
         return torch.ops.mkldnn._linear_pointwise(x, packed.packed, bias, "none", [], "")
     return F.linear(x, weight, bias)
 
