@@ -38,6 +38,9 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     e2e.add_argument("--dtype", choices=("fp16", "bf16", "fp32"), help="default: fp32 on CPU, bf16 on NPU/CUDA")
     e2e.add_argument("--compare", action="append", choices=("hf", "llama.cpp"), default=[],
                      help="also run this peer on the same model, prompts and dtype (repeatable)")
+    e2e.add_argument("--temperature", type=float, default=0.0,
+                     help="0 (default): greedy; > 0: ours and HF sample, and ours also runs greedy beside")
+    e2e.add_argument("--top-p", type=float, default=1.0, help="with --temperature: nucleus for ours and HF")
     e2e.set_defaults(func=_route("e2e"))
 
     host = which.add_parser("host", help="scheduler + input preparation + sampling per decode step, model stubbed out")

@@ -2,6 +2,10 @@
 tokens/s, TTFT and TPOT percentiles) on synthetic token prompts, optionally beside HF transformers
 and llama.cpp on the same model file, prompts and dtype, with the ratios. Also the compute roof:
 the measured GEMM throughput over 2·params FLOPs per token, and ours as a fraction of it.
+
+Decoding is greedy unless a temperature is given; then ours and HF sample with the same
+temperature and top-p, and ours also runs greedy in the same process (row "ascendkit greedy"),
+so sampled over greedy is read off one run.
 """
 from __future__ import annotations
 
@@ -36,18 +40,20 @@ def synthetic_prompts(num_prompts: int, input_len: int, vocab_size: int, seed: i
     return torch.randint(FIRST_PLAIN_TOKEN, vocab_size, (num_prompts, input_len), generator=gen).tolist()
 
 
-def run_ours(llm, prompts: list[list[int]], output_len: int) -> RunResult:
+def run_ours(llm, prompts: list[list[int]], output_len: int, temperature: float = 0.0, top_p: float = 1.0,
+             engine: str = "ascendkit") -> RunResult:
     from ascendkit.runtime import SamplingParams
 
-    greedy = SamplingParams(temperature=0.0, max_tokens=output_len, ignore_eos=True)
-    llm.generate(prompts[:1], SamplingParams(temperature=0.0, max_tokens=2, ignore_eos=True), use_tqdm=False)  # warm-up
+    params = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=output_len, ignore_eos=True)
+    llm.generate(prompts[:1], SamplingParams(temperature=temperature, top_p=top_p, max_tokens=2, ignore_eos=True),
+                 use_tqdm=False)  # warm-up
     start = time.perf_counter()
-    outputs = llm.generate(prompts, greedy, use_tqdm=False)
+    outputs = llm.generate(prompts, params, use_tqdm=False)
     wall = time.perf_counter() - start
     token_ids = [list(o.outputs[0].token_ids) for o in outputs]
     ttft = [o.metrics.time_to_first_token for o in outputs]
     tpot = [o.mean_per_token_latency or 0.0 for o in outputs]  # 0 when only one token was generated
-    return RunResult("ascendkit", wall, sum(map(len, prompts)), sum(map(len, token_ids)), ttft, tpot, token_ids,
+    return RunResult(engine, wall, sum(map(len, prompts)), sum(map(len, token_ids)), ttft, tpot, token_ids,
                      [f"LLM.generate, {platform.device_kind()}"])
 
 
@@ -58,9 +64,10 @@ def percentiles(values: list[float], points: tuple[int, ...] = (50, 90, 99)) -> 
     return {f"p{p}": cuts[p - 1] for p in points}
 
 
-def agreement(ours: list[list[int]], theirs: list[list[int]] | None) -> float | None:
-    """Fraction of greedy output tokens identical to ours, position by position."""
-    if theirs is None:
+def agreement(ours: list[list[int]] | None, theirs: list[list[int]] | None) -> float | None:
+    """Fraction of greedy output tokens identical to ours, position by position (None when
+    either side sampled: its tokens carry no agreement)."""
+    if ours is None or theirs is None:
         return None
     pairs = [(a, b) for x, y in zip(ours, theirs) for a, b in zip(x, y)]
     return sum(a == b for a, b in pairs) / len(pairs) if pairs else None
@@ -73,7 +80,7 @@ def summarise(result: RunResult, ours: RunResult) -> dict:
         "ttft_ms": {k: v * 1e3 for k, v in percentiles(result.ttft_s).items()},
         "tpot_ms": {k: v * 1e3 for k, v in percentiles(result.tpot_s).items()},
         "ours_over_this": ours.output_tok_s / result.output_tok_s,
-        "token_agreement_with_ours": agreement(ours.token_ids or [], result.token_ids),
+        "token_agreement_with_ours": agreement(ours.token_ids, result.token_ids),
         "notes": result.notes,
     }
 
@@ -87,7 +94,15 @@ def compute_roof(params: int, ours: RunResult) -> dict:
             "roof_tok_s": roof_tok_s, "ours_total_tok_s_frac_of_roof": ours.total_tok_s / roof_tok_s}
 
 
-def run(model: str, num_prompts: int, input_len: int, output_len: int, dtype: str, compare: list[str], out_dir: Path) -> dict:
+def _greedy_only(result: RunResult, sampled: bool) -> RunResult:
+    """Drops a sampled run's tokens: agreement compares greedy outputs only."""
+    if sampled:
+        result.token_ids = None
+    return result
+
+
+def run(model: str, num_prompts: int, input_len: int, output_len: int, dtype: str, compare: list[str], out_dir: Path,
+        temperature: float = 0.0, top_p: float = 1.0) -> dict:
     from ascendkit.runtime import LLM
 
     path = model_path(model)
@@ -95,23 +110,29 @@ def run(model: str, num_prompts: int, input_len: int, output_len: int, dtype: st
               max_num_batched_tokens=max(num_prompts * input_len, 512))
     params = sum(p.numel() for p in llm.model.parameters())
     prompts = synthetic_prompts(num_prompts, input_len, llm.model_config.vocab_size)
-    ours = run_ours(llm, prompts, output_len)
+    sampled = temperature > 0
+    ours = _greedy_only(run_ours(llm, prompts, output_len, temperature, top_p), sampled)
     num_preemptions = llm.last_stats.num_preemptions  # of the measured generate() call
-    del llm  # free its KV cache before a peer loads its own copy of the model
     results = [ours]
+    if sampled:
+        results.append(run_ours(llm, prompts, output_len, engine="ascendkit greedy"))
+    del llm  # free its KV cache before a peer loads its own copy of the model
     skipped = {}
     for peer in compare:
         if peer == "hf":
-            results.append(run_hf(path, prompts, output_len, DTYPES[dtype], platform.default_device()))
+            hf = run_hf(path, prompts, output_len, DTYPES[dtype], platform.default_device(), temperature, top_p)
+            results.append(_greedy_only(hf, sampled))
         elif not llamacpp_available():
             skipped[peer] = "xllamacpp is not installed (pip install xllamacpp)"
+        elif sampled:
+            skipped[peer] = "the llama.cpp peer decodes greedily only"
         elif path.suffix != ".gguf":
             skipped[peer] = f"llama.cpp needs a .gguf model, got {path}"
         else:
             results.append(run_llamacpp(path, prompts, output_len))
     payload = {
         "benchmark": "e2e", "model": str(path), "dtype": dtype, "num_prompts": num_prompts, "input_len": input_len,
-        "output_len": output_len, "num_preemptions": num_preemptions,
+        "output_len": output_len, "temperature": temperature, "top_p": top_p, "num_preemptions": num_preemptions,
         "rows": [summarise(r, ours) for r in results], "skipped": skipped,
         "roof": compute_roof(params, ours),
     }
@@ -125,9 +146,11 @@ def table(record: dict) -> str:
              r["tpot_ms"]["p50"], r["tpot_ms"]["p99"], r["ours_over_this"], r["token_agreement_with_ours"]]
             for r in record["rows"]]
     roof = record["roof"]
+    decoding = (f"sampled (temperature {record['temperature']}, top-p {record['top_p']})" if record["temperature"] > 0
+                else "greedy")
     lines = [
         f"e2e: {record['model']} ({record['dtype']}), {record['num_prompts']} prompts x {record['input_len']} "
-        f"in / {record['output_len']} out, greedy, EOS ignored; {record['num_preemptions']} preemptions (ascendkit)",
+        f"in / {record['output_len']} out, {decoding}, EOS ignored; {record['num_preemptions']} preemptions (ascendkit)",
         format_table(headers, body),
         f"compute roof: {roof['gemm_gflops']:,.1f} GFLOP/s GEMM ({roof['peak_source']}) / (2 x {roof['params'] / 1e6:,.1f} M params)"
         f" = {roof['roof_tok_s']:,.0f} tokens/s; ours {roof['ours_total_tok_s_frac_of_roof']:.1%} of it (total tokens)",
@@ -138,7 +161,8 @@ def table(record: dict) -> str:
 
 def main(args: argparse.Namespace) -> int:
     sizes = QUICK if args.quick else {"num_prompts": args.num_prompts, "input_len": args.input_len, "output_len": args.output_len}
-    record = run(args.model, dtype=args.dtype or default_dtype(), compare=args.compare, out_dir=args.out, **sizes)
+    record = run(args.model, dtype=args.dtype or default_dtype(), compare=args.compare, out_dir=args.out,
+                 temperature=args.temperature, top_p=args.top_p, **sizes)
     print(table(record))
     print(f"wrote {args.out / 'e2e.json'}")
     return 0

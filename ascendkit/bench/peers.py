@@ -1,4 +1,4 @@
-"""Peers for `ascendkit bench e2e --compare`: HF transformers' batched greedy generate and
+"""Peers for `ascendkit bench e2e --compare`: HF transformers' batched generate and
 llama.cpp (through the prebuilt `xllamacpp` wheel), on the same model file and the same prompts.
 
 Both return a `RunResult`, the record the e2e table is built from. HF runs in the same process,
@@ -23,7 +23,7 @@ class RunResult:
     output_tokens: int
     ttft_s: list[float]  # per request: request start -> first output token
     tpot_s: list[float]  # per request: mean time per output token after the first
-    token_ids: list[list[int]] | None = None  # greedy outputs, to check agreement between engines
+    token_ids: list[list[int]] | None = None  # greedy outputs, to check agreement between engines (None: sampled)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -50,9 +50,11 @@ class _StepClock:
 
 
 def run_hf(gguf_path: Path, prompts: list[list[int]], output_len: int, dtype: torch.dtype,
-           device: torch.device) -> RunResult:
-    """HF transformers on `device`, batched greedy generate over all prompts at once (left
-    padded), exactly output_len new tokens each (EOS ignored through min_new_tokens)."""
+           device: torch.device, temperature: float = 0.0, top_p: float = 1.0) -> RunResult:
+    """HF transformers on `device`, batched generate over all prompts at once (left padded),
+    exactly output_len new tokens each (EOS ignored through min_new_tokens); greedy at
+    temperature 0, else sampling with that temperature and top-p and nothing else (HF's default
+    top-k of 50 is turned off, as ours has none)."""
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
@@ -67,20 +69,24 @@ def run_hf(gguf_path: Path, prompts: list[list[int]], output_len: int, dtype: to
         input_ids[row, width - len(prompt):] = torch.tensor(prompt)
         attention_mask[row, width - len(prompt):] = 1
     input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
+    decoding = ({"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0} if temperature > 0
+                else {"do_sample": False})
     clock = _StepClock()
+    torch.manual_seed(0)  # HF samples from torch's global generator
     with torch.inference_mode():
-        model.generate(input_ids=input_ids[:1], attention_mask=attention_mask[:1], do_sample=False, max_new_tokens=2,
-                       pad_token_id=pad)  # warm-up, as every engine gets one
+        model.generate(input_ids=input_ids[:1], attention_mask=attention_mask[:1], max_new_tokens=2, pad_token_id=pad,
+                       **decoding)  # warm-up, as every engine gets one
         start = time.perf_counter()
-        out = model.generate(input_ids=input_ids, attention_mask=attention_mask, do_sample=False,
-                             max_new_tokens=output_len, min_new_tokens=output_len, pad_token_id=pad, streamer=clock)
+        out = model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=output_len,
+                             min_new_tokens=output_len, pad_token_id=pad, streamer=clock, **decoding)
         wall = time.perf_counter() - start
     steps = clock.times[1:]  # the first put() is the prompt itself
     ttft = steps[0] - start
     tpot = (steps[-1] - steps[0]) / (len(steps) - 1) if len(steps) > 1 else 0.0
     new = out[:, width:]
     return RunResult("hf", wall, sum(map(len, prompts)), new.numel(), [ttft] * len(prompts), [tpot] * len(prompts),
-                     new.tolist(), [f"transformers batched generate, {str(dtype).removeprefix('torch.')}, left padding"])
+                     new.tolist(), [f"transformers batched generate, {str(dtype).removeprefix('torch.')}, left padding, "
+                                    + ("sampled" if temperature > 0 else "greedy")])
 
 
 def llamacpp_available() -> bool:

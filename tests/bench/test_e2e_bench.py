@@ -31,6 +31,21 @@ def test_e2e_quick_against_hf_prints_ratios(tmp_path, capsys):
     assert "ours / this" in out and "compute roof" in out
 
 
+
+@pytest.mark.slow
+def test_e2e_quick_sampled_runs_ours_greedy_beside_and_hf_sampling(tmp_path, capsys):
+    assert main(["bench", "e2e", "--quick", "--temperature", "0.8", "--top-p", "0.95", "--compare", "hf",
+                 "--compare", "llama.cpp", "--out", str(tmp_path)]) == 0
+    record = json.loads((tmp_path / "e2e.json").read_text())
+    assert (record["temperature"], record["top_p"]) == (0.8, 0.95)
+    rows = {row["engine"]: row for row in record["rows"]}
+    assert list(rows) == ["ascendkit", "ascendkit greedy", "hf"]
+    assert "llama.cpp" in record["skipped"]  # greedy only
+    assert all(row["output_tokens"] == record["num_prompts"] * record["output_len"] for row in rows.values())
+    assert rows["ascendkit greedy"]["ours_over_this"] > 0  # sampled over greedy, from one run
+    assert all(row["token_agreement_with_ours"] is None for row in rows.values())  # sampled tokens: no agreement
+    assert "sampled (temperature 0.8, top-p 0.95)" in capsys.readouterr().out
+
 def test_prompts_are_deterministic_plain_tokens():
     a, b = synthetic_prompts(3, 5, 1000), synthetic_prompts(3, 5, 1000)
     assert a == b and len(a) == 3 and all(len(p) == 5 and all(100 <= t < 1000 for t in p) for p in a)
@@ -41,4 +56,4 @@ def test_percentiles_and_agreement():
     values = [float(v) for v in range(1, 102)]  # 1..101: p50 = 51, p90 = 91, p99 = 100
     assert percentiles(values) == pytest.approx({"p50": 51.0, "p90": 91.0, "p99": 100.0})
     assert agreement([[1, 2, 3], [4, 5]], [[1, 2, 0], [4, 6]]) == pytest.approx(3 / 5)
-    assert agreement([[1]], None) is None
+    assert agreement([[1]], None) is None and agreement(None, [[1]]) is None

@@ -187,6 +187,17 @@ def test_logprobs_equal_log_softmax_of_processed_logits():
     torch.testing.assert_close(values[:, 1:], top.values)
 
 
+
+def test_top_logprobs_tied_across_the_last_place_take_the_lowest_ids():
+    logits = torch.randn(3, 300)
+    logits[0, 50:60] = 9.0  # ten tied at 9.0, three places left after the 10.0: ids 50, 51, 52
+    logits[0, 7] = 10.0
+    logits[1, 200:] = 9.0  # a hundred tied: the row has no token above them
+    values, ids = ak.gather_logprobs(logits, torch.tensor([0, 1, 2], dtype=I32), torch.zeros(3, dtype=I32), 4)
+    assert ids[0, 1:].tolist() == [7, 50, 51, 52] and ids[1, 1:].tolist() == [200, 201, 202, 203]
+    assert ids[2, 1:].tolist() == logits[2].topk(4).indices.tolist()  # no tie: topk's answer
+    torch.testing.assert_close(values[:, 1:], torch.log_softmax(logits, -1).gather(1, ids[:, 1:].long()))
+
 def _rows(n=4, vocab=64):
     return torch.randn(n, vocab), torch.full((n,), 0.8), torch.tensor([0, 5, 0, 3], dtype=I32)[:n], \
         torch.tensor([0.9, 1.0, 0.5, 1.0])[:n], torch.tensor([0.0, 0.1, 0.0, 0.0])[:n]

@@ -115,16 +115,15 @@ def _drop_filtered(y: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, mi
     floor = torch.maximum(k_floor, min_p)
     p_on = top_p < 1
     if bool(p_on.any()):
-        kept = torch.where(e >= k_floor, e, 0.0).sum(-1, keepdim=True) if bool(k_on.any()) else e.sum(-1, keepdim=True)
-        limit = top_p * kept
+        # without top-k every token weighs its e: no masked copy of the rows
+        weight = torch.where(e >= k_floor, e, 0.0) if bool(k_on.any()) else e
+        limit = top_p * weight.sum(-1, keepdim=True)
         p_floor, undecided = _nucleus(cand, k_floor, limit, vocab)
         undecided = (undecided & p_on)[:, 0]
         if bool(undecided.all()):  # flat rows: no copies
-            p_floor = _radix_select(e, torch.where(e >= k_floor, e, 0.0), limit)
+            p_floor = _radix_select(e, weight, limit)
         elif bool(undecided.any()):
-            rows = e[undecided]
-            weight = torch.where(rows >= k_floor[undecided], rows, 0.0)
-            p_floor[undecided] = _radix_select(rows, weight, limit[undecided])
+            p_floor[undecided] = _radix_select(e[undecided], weight[undecided], limit[undecided])
         floor = torch.maximum(floor, torch.where(p_on, p_floor, 0.0))
     y.masked_fill_(e < floor, float("-inf"))
 
@@ -182,14 +181,23 @@ def sample_tokens(token_ids: torch.Tensor, logits: torch.Tensor, temperatures: t
 def apply_penalties(logits: torch.Tensor, output_counts: torch.Tensor, prompt_mask: torch.Tensor,
                     count_rows: torch.Tensor, repetition_penalties: torch.Tensor, frequency_penalties: torch.Tensor,
                     presence_penalties: torch.Tensor) -> None:
-    active = count_rows >= 0
-    rows = count_rows.clamp(min=0).long()
-    count = output_counts.index_select(0, rows).to(torch.float32)
-    seen = (count + prompt_mask.index_select(0, rows).to(torch.float32)) > 0
-    rep = repetition_penalties[:, None]
-    x = torch.where(seen, torch.where(logits > 0, logits / rep, logits * rep), logits)
-    x = x - frequency_penalties[:, None] * count - presence_penalties[:, None] * (count > 0).to(torch.float32)
-    logits.copy_(torch.where(active[:, None], x, logits))
+    # Every penalty leaves a token the row has not seen (in its prompt or output) as it is, and a
+    # row sees few tokens: one pass over the penalised rows finds the seen (row, token) pairs, and
+    # the formula runs on those alone.
+    active = (count_rows >= 0).nonzero()[:, 0]
+    if not active.numel():
+        return
+    slots = count_rows.index_select(0, active).long()
+    seen = output_counts.index_select(0, slots) + prompt_mask.index_select(0, slots)  # > 0 where seen
+    pair, cols = seen.nonzero(as_tuple=True)
+    rows = active.index_select(0, pair)
+    count = output_counts[slots.index_select(0, pair), cols].to(torch.float32)
+    x = logits[rows, cols]
+    rep = repetition_penalties.index_select(0, rows)
+    x = torch.where(x > 0, x / rep, x * rep)
+    present = (count > 0).to(torch.float32)
+    x = x - frequency_penalties.index_select(0, rows) * count - presence_penalties.index_select(0, rows) * present
+    logits[rows, cols] = x
 
 
 def update_token_counts(output_counts: torch.Tensor, count_rows: torch.Tensor, token_ids: torch.Tensor) -> None:
@@ -197,6 +205,24 @@ def update_token_counts(output_counts: torch.Tensor, count_rows: torch.Tensor, t
     flat = output_counts.view(-1)  # contiguous: checked by the op
     index = count_rows.clamp(min=0).long() * output_counts.stride(0) + token_ids.long()
     flat.index_add_(0, index, active.to(output_counts.dtype))
+
+
+def _top_by_rule(lp: torch.Tensor, n_top: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The n_top largest of each row of lp with the tie rule, as (values, ids) ordered by
+    (value desc, id asc). topk leaves open which of several tokens tied at the n-th value it
+    returns: take every token above the n-th value, then the lowest ids equal to it."""
+    boundary = lp.topk(n_top, dim=-1).values[:, -1:]
+    above = lp > boundary
+    tied = (lp == boundary) & ((lp == boundary).cumsum(-1) <= n_top - above.sum(-1, keepdim=True))
+    picked = (above | tied).nonzero()[:, 1].view(-1, n_top)
+    return _by_value_then_id(lp.gather(1, picked), picked)
+
+
+def _by_value_then_id(values: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    by_id = ids.sort(dim=-1).indices
+    values, ids = values.gather(1, by_id), ids.gather(1, by_id)
+    order = values.sort(dim=-1, descending=True, stable=True).indices
+    return values.gather(1, order), ids.gather(1, order)
 
 
 def gather_logprobs(logprobs: torch.Tensor, logprob_ids: torch.Tensor, logits: torch.Tensor, rows: torch.Tensor,
@@ -208,13 +234,13 @@ def gather_logprobs(logprobs: torch.Tensor, logprob_ids: torch.Tensor, logits: t
     logprob_ids[:, :1] = chosen
     if n_top == 0:
         return
-    # topk leaves open which of several tokens tied at the n-th value it returns: take every token
-    # above the n-th value, then the lowest ids equal to it, ordered by (value desc, id asc).
-    boundary = lp.topk(n_top, dim=-1).values[:, -1:]
-    above = lp > boundary
-    tied = (lp == boundary) & ((lp == boundary).cumsum(-1) <= n_top - above.sum(-1, keepdim=True))
-    picked = (above | tied).nonzero()[:, 1].view(-1, n_top)
-    values = lp.gather(1, picked)
-    order = values.sort(dim=-1, descending=True, stable=True).indices
-    logprobs[:, 1:] = values.gather(1, order)
-    logprob_ids[:, 1:] = picked.gather(1, order)
+    # One value past the n-th shows the rows where topk's choice among tied tokens could matter
+    # (the n-th and the next are equal): only those take the rule's full-row passes.
+    top, ids = lp.topk(min(n_top + 1, lp.shape[1]), dim=-1)
+    values, ids = _by_value_then_id(top[:, :n_top], ids[:, :n_top])
+    if top.shape[1] > n_top:
+        ambiguous = (top[:, n_top] == top[:, n_top - 1]).nonzero()[:, 0]
+        if ambiguous.numel():
+            values[ambiguous], ids[ambiguous] = _top_by_rule(lp.index_select(0, ambiguous), n_top)
+    logprobs[:, 1:] = values
+    logprob_ids[:, 1:] = ids
