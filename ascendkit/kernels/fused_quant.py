@@ -21,7 +21,7 @@ import triton.language as tl
 from ascendkit.kernels._int8 import quantize_int8
 from ascendkit.kernels._tile_io import chunk_for, load_tile, store_tile
 from ascendkit.kernels.activation import launch as gated_activation
-from ascendkit.kernels.norm import load_rows, normalize
+from ascendkit.kernels.norm import load_rows, normalize, row_views
 from ascendkit.kernels.quant import dynamic_params, value_range
 from ascendkit.platform import grid_size
 
@@ -105,8 +105,7 @@ def block_for(hidden: int, dynamic: bool) -> int:
 def _launch(result: torch.Tensor, input: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor,
             scale: torch.Tensor, epsilon: float, dynamic: bool) -> None:
     hidden = input.shape[-1]
-    x2, out2 = input.view(-1, hidden), result.view(-1, hidden)
-    res2 = residual.view(-1, hidden) if residual is not None else x2
+    x2, out2, res2 = row_views(input, result, residual)
     n_rows = x2.shape[0]
     if n_rows == 0:
         return

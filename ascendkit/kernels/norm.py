@@ -130,10 +130,16 @@ def rows_for(hidden: int, has_residual: bool, n_rows: int, vector_cores: int) ->
     return rows
 
 
-def _launch(x: torch.Tensor, residual: torch.Tensor | None, out: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
+def row_views(x: torch.Tensor, out: torch.Tensor, residual: torch.Tensor | None):
+    """x, out and residual as [rows, hidden] views (residual: x when absent, never read then)."""
     hidden = x.shape[-1]
     x2, out2 = x.view(-1, hidden), out.view(-1, hidden)
-    res2 = residual.view(-1, hidden) if residual is not None else x2
+    return x2, out2, (residual.view(-1, hidden) if residual is not None else x2)
+
+
+def _launch(x: torch.Tensor, residual: torch.Tensor | None, out: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
+    hidden = x.shape[-1]
+    x2, out2, res2 = row_views(x, out, residual)
     n_rows = x2.shape[0]
     if n_rows == 0:
         return

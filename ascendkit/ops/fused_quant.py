@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from ascendkit.ops._registry import register_op
+from ascendkit.ops.quant import check_int8_rows
 from ascendkit.ops._validate import (
     FLOAT_DTYPES, FP32, INT8, check_nonempty_rows, check_numel, check_positive, check_rows_viewable,
     check_same_device, check_same_dtype, check_shape, check_tensor,
@@ -19,12 +20,7 @@ def _check_norm(result: torch.Tensor, input: torch.Tensor, weight: torch.Tensor,
                 residual: torch.Tensor | None) -> int:
     """input [..., hidden] float, result int8 of its shape, weight [hidden], residual like input;
     returns the number of rows."""
-    check_tensor("input", input, dtypes=FLOAT_DTYPES, ndim=(2, 3))
-    check_tensor("result", result, dtypes=INT8, ndim=(2, 3))
-    check_shape("result", result, input.shape, "same as input")
-    check_rows_viewable("input", input)
-    check_rows_viewable("result", result)
-    check_nonempty_rows("input", input)
+    rows = check_int8_rows(result, input, "result")
     check_tensor("weight", weight, dtypes=FLOAT_DTYPES, ndim=1, contiguous=True)
     check_shape("weight", weight, (input.shape[-1],), "the hidden size of input")
     check_same_dtype(input=input, weight=weight)
@@ -34,7 +30,7 @@ def _check_norm(result: torch.Tensor, input: torch.Tensor, weight: torch.Tensor,
         check_same_dtype(input=input, residual=residual)
         check_rows_viewable("residual", residual)
     check_positive("epsilon", epsilon)
-    return input.numel() // input.shape[-1]
+    return rows
 
 
 def _check_static_scale(scale: torch.Tensor) -> None:

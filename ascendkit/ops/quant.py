@@ -10,18 +10,20 @@ from ascendkit.ops._validate import (
 )
 
 
-def _check_rows(out: torch.Tensor, input: torch.Tensor) -> int:
+def check_int8_rows(out: torch.Tensor, input: torch.Tensor, out_name: str = "out") -> int:
+    """input [..., hidden] float (2-D or 3-D, rows viewable), out int8 of its shape (named
+    out_name); returns the number of rows. Shared with the fused norm/activation + quant ops."""
     check_tensor("input", input, dtypes=FLOAT_DTYPES, ndim=(2, 3))
-    check_tensor("out", out, dtypes=INT8, ndim=(2, 3))
-    check_shape("out", out, input.shape, "same as input")
+    check_tensor(out_name, out, dtypes=INT8, ndim=(2, 3))
+    check_shape(out_name, out, input.shape, "same as input")
     check_rows_viewable("input", input)
-    check_rows_viewable("out", out)
+    check_rows_viewable(out_name, out)
     check_nonempty_rows("input", input)
     return input.numel() // input.shape[-1]
 
 
 def _validate_static(out: torch.Tensor, input: torch.Tensor, scale: torch.Tensor, azp: torch.Tensor | None) -> None:
-    _check_rows(out, input)
+    check_int8_rows(out, input)
     check_tensor("scale", scale, dtypes=FP32)
     check_numel("scale", scale, (1,), "one per-tensor scale")
     if azp is not None:
@@ -31,7 +33,7 @@ def _validate_static(out: torch.Tensor, input: torch.Tensor, scale: torch.Tensor
 
 
 def _validate_dynamic(out: torch.Tensor, input: torch.Tensor, scales: torch.Tensor, azp: torch.Tensor | None) -> None:
-    rows = _check_rows(out, input)
+    rows = check_int8_rows(out, input)
     check_tensor("scales", scales, dtypes=FP32, contiguous=True)
     check_numel("scales", scales, (rows,), "one scale per token")
     if azp is not None:
