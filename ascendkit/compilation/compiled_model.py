@@ -3,14 +3,15 @@ attribute (compute_logits, allocate_kv_cache, ...) is the wrapped model's.
 
 Level 1 is torch.compile with Dynamo's defaults: its guards run every call, a changed size or
 metadata int first seen static recompiles, and (fullgraph off, as by default) past Dynamo's
-recompile limit a call runs eagerly instead of failing: the limit counts every model instance
-compiled in the process, since they share the forward's code object. Level 2 traces once with every input dim and int
-dynamic (backed_size_oblivious: a size of 1 in the first call is not specialized either), and
+recompile limit a call runs eagerly instead of failing. Level 2 traces once with every input dim
+and int dynamic (backed_size_oblivious: a size of 1 in the first call is not specialized either), and
 after that first compile skips guard evaluation, so every step runs the one graph with no
 per-call guard cost. That is sound because the trace depends on no input value: the metadata
 ints reach only the attention ops (`SymInt` in their schemas) and nothing branches on a size.
 """
 from __future__ import annotations
+
+import types
 
 import torch
 import torch._dynamo.config as dynamo_config
@@ -30,7 +31,8 @@ class CompiledModel:
         device_type = next(model.parameters()).device.type
         self.backend = AscendBackend(config, device_type)
         once = config.level == CompilationLevel.DYNAMO_ONCE
-        self._forward = torch.compile(model.forward, backend=self.backend, fullgraph=once, dynamic=True if once else None)
+        self._forward = torch.compile(_own_code(model.forward), backend=self.backend, fullgraph=once,
+                                      dynamic=True if once else None)
 
     def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor, attn_metadata: AttentionMetadata) -> torch.Tensor:
         if self.config.level == CompilationLevel.DYNAMO_AS_IS:
@@ -53,6 +55,17 @@ class CompiledModel:
         seconds = sum(self.backend.compile_seconds)
         return (f"compilation level {int(self.config.level)} ({self.config.level.name}): "
                 f"{self.backend.num_compiles} compile(s), {seconds:.1f} s")
+
+
+def _own_code(method: types.MethodType) -> types.MethodType:
+    """The bound method over a private copy of its code object. Dynamo keeps its compiled entries
+    (and their recompile limit) per code object: every model of a class would otherwise share one
+    cache, so a process that builds several LLMs would pile entries onto it, keep old models'
+    graphs alive and, past the limit, fail level 2's fullgraph compile."""
+    fn = method.__func__
+    copy = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    copy.__kwdefaults__ = fn.__kwdefaults__
+    return types.MethodType(copy, method.__self__)
 
 
 def compile_model(model: nn.Module, config: CompilationConfig) -> nn.Module | CompiledModel:
