@@ -1,6 +1,7 @@
 """Imports flow one way between ascendkit's packages (docs/architecture.md, module map):
 cli -> bench -> runtime -> compilation -> model -> ops -> kernels (runtime also calls the
-sampling ops), with lowering beside kernels. Every import statement counts, including the lazy
+sampling ops), with lowering beside kernels and distributed (the tensor-parallel group and its
+collectives) below model. Every import statement counts, including the lazy
 ones inside functions, so no cycle can hide in a function."""
 from pathlib import Path
 
@@ -14,7 +15,8 @@ ALLOWED = {
     "kernels": {"platform"},
     "ops": {"platform"},  # launchers are named as strings ("ascendkit.kernels.norm:rms_norm"), imported on first call
     "lowering": {"kernels", "platform"},
-    "model": {"ops", "platform"},
+    "distributed": set(),
+    "model": {"distributed", "ops", "platform"},
     "compilation": {"model", "ops", "platform"},  # passes name ops; decomposition reads ops/reference
     "runtime": {"compilation", "model", "ops", "platform"},  # ops: the sampler's sampling family
     "bench": {"runtime", "compilation", "model", "ops", "kernels", "lowering", "platform"},

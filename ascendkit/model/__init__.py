@@ -6,7 +6,8 @@ Gemma3ForCausalLM (Gemma 3 text: GeGLU, sandwich norms, sliding/full layers),
 DeepseekV2ForCausalLM (MLA, dense/MoE).
 
 Parts, importing one way (loading -> architectures -> layers -> ops; tokenizers only each other):
-- layers/: attention, MLA, linear (float / W8A8), RMSNorm, gated MLP, MoE, rotary + rope scaling
+- layers/: attention, MLA, linear (float / W8A8; column/row-parallel), vocab-parallel embedding,
+  RMSNorm, gated MLP, MoE, rotary + rope scaling
 - architectures/: ModelConfig, the decoder skeleton (base.py), one file per architecture, the
   registry
 - loading/: config.json parsing, checkpoint streaming, GGUF reader/loader, embedded models,

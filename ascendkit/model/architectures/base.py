@@ -1,6 +1,8 @@
 """The decoder skeleton shared by the model zoo: token embedding (optionally scaled, Gemma),
 pre-norm decoder layers with vLLM's fused residual, final norm, LM head (tied or not, optional
-final logit soft-capping), and per-layer paged KV caches.
+final logit soft-capping), and per-layer paged KV caches. Under tensor parallelism the embedding
+and the LM head are vocab-parallel and compute_logits gathers every rank's range of the logits,
+so each rank returns the whole vocabulary's logits.
 
 Parameter names follow HF checkpoints (model.embed_tokens.weight, model.layers.N.self_attn...,
 lm_head.weight); merged projections are resolved by the weight loader.
@@ -10,10 +12,20 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ascendkit.distributed import all_gather, tp_rank, tp_size
 from ascendkit.model.architectures.model_config import ModelConfig
 from ascendkit.model.attention_metadata import AttentionMetadata
+from ascendkit.model.layers.embedding import VocabParallelEmbedding
 from ascendkit.model.layers.linear import Linear, PackedWeight, float_linear, pack_weight
 from ascendkit.model.layers.norm import RMSNorm
+from ascendkit.model.layers.parallel_linear import ColumnParallelLinear
+from ascendkit.model.layers.partition import Share, split_evenly
+
+
+def vocab_share(config: ModelConfig) -> Share:
+    """This rank's range of the vocabulary: embedding rows and LM head rows alike, so a tied head
+    multiplies by exactly the rows it owns."""
+    return split_evenly(config.vocab_size, "vocab_size", tp_size(), tp_rank())
 
 
 class DecoderLayer(nn.Module):
@@ -49,9 +61,9 @@ class DecoderModel(nn.Module):
         embeddings (Gemma: sqrt(hidden), rounded to the model dtype as HF does). norm_offset: the
         final norm's checkpoint_offset."""
         super().__init__()
-        weight = torch.empty(config.vocab_size, config.hidden_size)
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, _weight=weight, _freeze=True)
-        self.embed_scale = None if embed_scale is None else float(torch.tensor(embed_scale, dtype=weight.dtype))
+        self.embed_tokens = VocabParallelEmbedding(vocab_share(config), config.hidden_size)
+        dtype = self.embed_tokens.weight.dtype
+        self.embed_scale = None if embed_scale is None else float(torch.tensor(embed_scale, dtype=dtype))
         self.layers = nn.ModuleList(layers)
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, norm_offset)
 
@@ -67,14 +79,20 @@ class DecoderModel(nn.Module):
 
 class CausalLM(nn.Module):
     """Subclasses build `self.model = DecoderModel(...)`; this adds the LM head and KV cache.
-    Subclasses set `family`, the name config parsing knows them by (ModelConfig.family)."""
+    Subclasses set `family`, the name config parsing knows them by (ModelConfig.family), and
+    `tensor_parallel` once every layer they build shards under a tensor-parallel group."""
 
     family: str
+    tensor_parallel: bool = False
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
+        if tp_size() > 1 and not self.tensor_parallel:
+            raise NotImplementedError(f"{config.architecture}: tensor parallelism is not implemented for this "
+                                      f"architecture (tensor_parallel_size {tp_size()}); it is for the Llama family")
         self.config = config
-        self.lm_head = None if config.tie_word_embeddings else Linear(config.hidden_size, config.vocab_size)
+        self.lm_head = (None if config.tie_word_embeddings
+                        else ColumnParallelLinear(config.hidden_size, [vocab_share(config)]))
         self.tied_head: PackedWeight | None = None  # the packed embedding, when tied (post_load)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn_metadata: AttentionMetadata) -> torch.Tensor:
@@ -87,7 +105,7 @@ class CausalLM(nn.Module):
             logits = float_linear(hidden, self.model.embed_tokens.weight, None, self.tied_head)
         else:
             logits = self.lm_head(hidden)  # never W8A8 (model/loading/w8a8.py keeps it float)
-        logits = logits.float()
+        logits = all_gather(logits.float(), dim=-1)
         cap = self.config.final_logit_softcapping
         return torch.tanh(logits / cap) * cap if cap else logits
 

@@ -10,6 +10,7 @@ from ascendkit.model.layers.rotary import RotaryEmbedding
 
 class LlamaForCausalLM(CausalLM):
     family = "llama"
+    tensor_parallel = True
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config)

@@ -1,14 +1,20 @@
 """MHA/GQA attention over the paged KV cache (Llama family, Gemma 3): merged qkv projection,
-optional Qwen3/Gemma q/k norm, rope, reshape_and_cache_flash, unified_attention, o_proj."""
+optional Qwen3/Gemma q/k norm, rope, reshape_and_cache_flash, unified_attention, o_proj.
+
+Under tensor parallelism each rank holds its share of the query heads and of the KV heads
+(partition.py: KV heads replicated when there are fewer than ranks), so its paged cache holds
+only those heads; qkv is column-parallel and o_proj row-parallel (one all-reduce per layer)."""
 from __future__ import annotations
 
 import torch
 from torch import nn
 
 import ascendkit.ops as ak
+from ascendkit.distributed import tp_rank, tp_size
 from ascendkit.model.attention_metadata import AttentionMetadata
-from ascendkit.model.layers.linear import Linear
 from ascendkit.model.layers.norm import RMSNorm
+from ascendkit.model.layers.parallel_linear import ColumnParallelLinear, RowParallelLinear
+from ascendkit.model.layers.partition import kv_head_share, split_evenly
 from ascendkit.model.layers.rotary import RotaryEmbedding
 
 
@@ -18,14 +24,18 @@ class Attention(nn.Module):
                  sliding_window: int = 0, scale: float | None = None, norm_offset: float = 0.0) -> None:
         """qk_norm_eps set = per-head RMSNorm on q and k (weights q_norm/k_norm [head_dim]; Qwen3,
         Gemma 3 with norm_offset 1). scale: softmax scale, default head_dim ** -0.5.
-        sliding_window: 0 = full attention."""
+        sliding_window: 0 = full attention. num_heads / num_kv_heads are the model's totals;
+        the module keeps this rank's share of each."""
         super().__init__()
-        self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
+        heads = split_evenly(num_heads, "num_attention_heads", tp_size(), tp_rank())
+        kv_heads = kv_head_share(num_kv_heads, "num_key_value_heads", tp_size(), tp_rank())
+        self.num_heads, self.num_kv_heads, self.head_dim = heads.count, kv_heads.count, head_dim
         self.sliding_window = sliding_window
         self.scale = head_dim ** -0.5 if scale is None else scale
-        self.qkv_proj = Linear(hidden_size, [num_heads * head_dim, num_kv_heads * head_dim, num_kv_heads * head_dim],
-                               bias=qkv_bias, shard_names=["q_proj", "k_proj", "v_proj"])
-        self.o_proj = Linear(num_heads * head_dim, hidden_size, bias=o_bias)
+        q_rows, kv_rows = heads.scaled(head_dim), kv_heads.scaled(head_dim)
+        self.qkv_proj = ColumnParallelLinear(hidden_size, [q_rows, kv_rows, kv_rows], bias=qkv_bias,
+                                             shard_names=["q_proj", "k_proj", "v_proj"])
+        self.o_proj = RowParallelLinear(q_rows, hidden_size, bias=o_bias)
         self.q_norm = RMSNorm(head_dim, qk_norm_eps, norm_offset) if qk_norm_eps is not None else None
         self.k_norm = RMSNorm(head_dim, qk_norm_eps, norm_offset) if qk_norm_eps is not None else None
         self.rotary = rotary

@@ -116,10 +116,14 @@ class Linear(nn.Module):
         """Pack the float weight for oneDNN where that helps (see pack_weight); W8A8: nothing."""
         self.packed = None if self.quantized else pack_weight(self.weight)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def project(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """x·Wᵀ (+ bias): the matmul alone, which a row-parallel subclass reduces before its bias."""
         if self.quantized:
-            return ak.w8a8_linear(x, self.weight, self.weight_scale, self.input_scale, self.bias)
-        return float_linear(x, self.weight, self.bias, self.packed)
+            return ak.w8a8_linear(x, self.weight, self.weight_scale, self.input_scale, bias)
+        return float_linear(x, self.weight, bias, self.packed)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.project(x, self.bias)
 
     def extra_repr(self) -> str:
         kind = "w8a8-" + ("static" if self.input_scale is not None else "dynamic") if self.quantized else "float"

@@ -1,12 +1,15 @@
 """Gated MLP: down(act(gate(x)) * up(x)) with gate/up merged into one matmul; act is SiLU
-(SwiGLU, Llama family) or tanh-approximated GELU (GeGLU, Gemma)."""
+(SwiGLU, Llama family) or tanh-approximated GELU (GeGLU, Gemma). Under tensor parallelism each
+rank holds a range of the intermediate rows (gate_up column-parallel, down row-parallel)."""
 from __future__ import annotations
 
 import torch
 from torch import nn
 
 import ascendkit.ops as ak
-from ascendkit.model.layers.linear import Linear
+from ascendkit.distributed import tp_rank, tp_size
+from ascendkit.model.layers.parallel_linear import ColumnParallelLinear, RowParallelLinear
+from ascendkit.model.layers.partition import split_evenly
 
 # HF config spelling of the MLP activation -> the ascendkit gated-activation op prefix.
 ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh"}
@@ -17,9 +20,10 @@ class GatedMLP(nn.Module):
         """hidden_act: HF spelling, a key of ACTIVATIONS ("silu", "gelu_pytorch_tanh")."""
         super().__init__()
         self.act_and_mul = getattr(ak, f"{ACTIVATIONS[hidden_act]}_and_mul")
-        self.gate_up_proj = Linear(hidden_size, [intermediate_size, intermediate_size], bias=bias,
-                                   shard_names=["gate_proj", "up_proj"])
-        self.down_proj = Linear(intermediate_size, hidden_size, bias=bias)
+        rows = split_evenly(intermediate_size, "intermediate_size", tp_size(), tp_rank())
+        self.gate_up_proj = ColumnParallelLinear(hidden_size, [rows, rows], bias=bias,
+                                                 shard_names=["gate_proj", "up_proj"])
+        self.down_proj = RowParallelLinear(rows, hidden_size, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [T, hidden] -> [T, hidden]. The activation op runs unvalidated: its input is this

@@ -11,6 +11,7 @@ import torch
 from safetensors import safe_open
 from torch import nn
 
+from ascendkit.distributed import tp_size
 from ascendkit.model.architectures.model_config import ModelConfig
 from ascendkit.model.architectures.registry import model_class
 from ascendkit.model.loading.checkpoint import load_weights
@@ -75,12 +76,17 @@ def load_model(model: str, dtype: torch.dtype = torch.float32, device: str | tor
     """Load an embedded model by name ("default" = SmolLM2-135M-Instruct, "gemma3-270m"), an HF
     directory (config.json, *.safetensors, tokenizer.json) or a .gguf file (Llama or Gemma 3 arch).
     quantization="w8a8" converts every Linear but the LM head to W8A8 with dynamic activation
-    scales after loading."""
+    scales after loading. Inside a tensor-parallel group (ascendkit.distributed) each rank builds
+    and loads only its shard; W8A8 is not sharded yet."""
     if quantization not in (None, "w8a8"):
         raise ValueError(f"quantization: must be None or 'w8a8', got {quantization!r}")
+    if quantization == "w8a8" and tp_size() > 1:
+        raise NotImplementedError("quantization='w8a8' is not implemented with tensor parallelism")
     path = Path(embedded_model_path(model) if model in EMBEDDED_MODELS else model)
     if path.is_dir():
         config = load_config(path)
+        if checkpoint_is_w8a8(config.raw) and tp_size() > 1:
+            raise NotImplementedError(f"{path}: W8A8 checkpoints are not implemented with tensor parallelism")
         net = build_model(config, dtype, device)
         if checkpoint_is_w8a8(config.raw):
             prepare_w8a8_shells(net, {name for _, name, _ in _safetensors(path, names_only=True)})

@@ -1,0 +1,45 @@
+"""Megatron-style tensor-parallel linears over `Linear`. Column-parallel: each rank holds a range
+of output rows of every merged sub-matrix (its q, k and v heads; its gate and up rows), so the
+merged matmul stays one matmul and its output feeds the rank's own heads without communication.
+Row-parallel: each rank holds a range of input columns and multiplies the matching slice of the
+activation; the partial products are summed by an all-reduce, and the bias is added once after it.
+`checkpoint_slice` tells the weight loader which part of each checkpoint tensor a rank keeps."""
+from __future__ import annotations
+
+import torch
+
+from ascendkit.distributed import all_reduce
+from ascendkit.model.layers.linear import Linear
+from ascendkit.model.layers.partition import Share
+
+
+class ColumnParallelLinear(Linear):
+    def __init__(self, in_features: int, shares: list[Share], bias: bool = False,
+                 shard_names: list[str] | None = None) -> None:
+        """shares: this rank's rows of each merged sub-matrix, in shard_names order (one share
+        for an unmerged projection)."""
+        if shard_names and len(shard_names) != len(shares):
+            raise ValueError(f"shard_names: {len(shard_names)} names for {len(shares)} shares")
+        super().__init__(in_features, [s.count for s in shares], bias=bias, shard_names=shard_names)
+        self.shares = shares
+
+    def checkpoint_slice(self, param_name: str, shard: str | None) -> tuple[int, int, int] | None:
+        if param_name == "input_scale":  # one activation scale feeds every row
+            return None
+        share = self.shares[self.shard_names.index(shard) if shard else 0]
+        return 0, share.start, share.total
+
+
+class RowParallelLinear(Linear):
+    def __init__(self, share: Share, out_features: int, bias: bool = False) -> None:
+        """share: this rank's input columns (the rows the preceding column-parallel layer made)."""
+        super().__init__(share.count, out_features, bias=bias)
+        self.share = share
+
+    def checkpoint_slice(self, param_name: str, shard: str | None) -> tuple[int, int, int] | None:
+        # bias and per-output-channel scales cover every output: each rank keeps them whole
+        return (1, self.share.start, self.share.total) if param_name == "weight" else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = all_reduce(self.project(x, None))
+        return y if self.bias is None else y + self.bias
