@@ -3,8 +3,10 @@ attribute (compute_logits, allocate_kv_cache, ...) is the wrapped model's.
 
 Level 1 is torch.compile with Dynamo's defaults: its guards run every call, a changed size or
 metadata int first seen static recompiles, and (fullgraph off, as by default) past Dynamo's
-recompile limit a call runs eagerly instead of failing: the limit counts every model instance
-compiled in the process, since they share the forward's code object. Level 2 traces once with every input dim and int
+recompile limit a call runs eagerly instead of failing. Every model instance's forward shares one
+code object, so each CompiledModel isolates its recompiles: the limit counts its own compiles, not
+those of earlier models in the process (without that, level 2's fullgraph compile fails once
+earlier instances have filled the shared limit). Level 2 traces once with every input dim and int
 dynamic (backed_size_oblivious: a size of 1 in the first call is not specialized either), and
 after that first compile skips guard evaluation, so every step runs the one graph with no
 per-call guard cost. That is sound because the trace depends on no input value: the metadata
@@ -30,7 +32,8 @@ class CompiledModel:
         device_type = next(model.parameters()).device.type
         self.backend = AscendBackend(config, device_type)
         once = config.level == CompilationLevel.DYNAMO_ONCE
-        self._forward = torch.compile(model.forward, backend=self.backend, fullgraph=once, dynamic=True if once else None)
+        self._forward = torch.compile(model.forward, backend=self.backend, fullgraph=once,
+                                      dynamic=True if once else None, isolate_recompiles=True)
 
     def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor, attn_metadata: AttentionMetadata) -> torch.Tensor:
         if self.config.level == CompilationLevel.DYNAMO_AS_IS:
