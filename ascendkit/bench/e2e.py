@@ -6,6 +6,10 @@ the measured GEMM throughput over 2·params FLOPs per token, and ours as a fract
 Decoding is greedy unless a temperature is given; then ours and HF sample with the same
 temperature and top-p, and ours also runs greedy in the same process (row "ascendkit greedy"),
 so sampled over greedy is read off one run.
+
+With a compilation level, ours compiles its forward; a level-2 compile happens in the untimed
+warm-up, while level 1 recompiles as shapes change, inside the timed run. The compile count and the
+seconds spent in the backend are reported beside the table.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ from ascendkit.bench.peaks import current_peak
 from ascendkit.bench.kernels import DTYPES, default_dtype
 from ascendkit.bench.peers import RunResult, llamacpp_available, run_hf, run_llamacpp
 from ascendkit.bench.report import format_table, write_json
+from ascendkit.compilation import CompiledModel
 
 QUICK = {"num_prompts": 2, "input_len": 8, "output_len": 4}
 # Token ids below this are the special/control tokens of the GGUF vocabularies we ship; prompts
@@ -101,13 +106,21 @@ def _greedy_only(result: RunResult, sampled: bool) -> RunResult:
     return result
 
 
+def compilation_record(model: torch.nn.Module | CompiledModel) -> dict:
+    """Level, compiles and backend seconds of the engine's model (a CompiledModel above level 0)."""
+    if not isinstance(model, CompiledModel):
+        return {"level": 0, "num_compiles": 0, "compile_s": 0.0, "summary": "compilation level 0 (NO_COMPILATION): eager"}
+    return {"level": int(model.config.level), "num_compiles": model.backend.num_compiles,
+            "compile_s": sum(model.backend.compile_seconds), "summary": model.describe()}
+
+
 def run(model: str, num_prompts: int, input_len: int, output_len: int, dtype: str, compare: list[str], out_dir: Path,
-        temperature: float = 0.0, top_p: float = 1.0) -> dict:
+        temperature: float = 0.0, top_p: float = 1.0, compilation_level: int = 0) -> dict:
     from ascendkit.runtime import LLM
 
     path = model_path(model)
     llm = LLM(model=model, dtype=DTYPES[dtype], max_num_seqs=num_prompts,
-              max_num_batched_tokens=max(num_prompts * input_len, 512))
+              max_num_batched_tokens=max(num_prompts * input_len, 512), compilation_config=compilation_level)
     params = sum(p.numel() for p in llm.model.parameters())
     prompts = synthetic_prompts(num_prompts, input_len, llm.model_config.vocab_size)
     sampled = temperature > 0
@@ -116,6 +129,7 @@ def run(model: str, num_prompts: int, input_len: int, output_len: int, dtype: st
     results = [ours]
     if sampled:
         results.append(run_ours(llm, prompts, output_len, engine="ascendkit greedy"))
+    compilation = compilation_record(llm.engine.model)
     del llm  # free its KV cache before a peer loads its own copy of the model
     skipped = {}
     for peer in compare:
@@ -133,7 +147,7 @@ def run(model: str, num_prompts: int, input_len: int, output_len: int, dtype: st
     payload = {
         "benchmark": "e2e", "model": str(path), "dtype": dtype, "num_prompts": num_prompts, "input_len": input_len,
         "output_len": output_len, "temperature": temperature, "top_p": top_p, "num_preemptions": num_preemptions,
-        "rows": [summarise(r, ours) for r in results], "skipped": skipped,
+        "compilation": compilation, "rows": [summarise(r, ours) for r in results], "skipped": skipped,
         "roof": compute_roof(params, ours),
     }
     return write_json(out_dir / "e2e.json", payload)
@@ -152,6 +166,7 @@ def table(record: dict) -> str:
         f"e2e: {record['model']} ({record['dtype']}), {record['num_prompts']} prompts x {record['input_len']} "
         f"in / {record['output_len']} out, {decoding}, EOS ignored; {record['num_preemptions']} preemptions (ascendkit)",
         format_table(headers, body),
+        f"ascendkit {record['compilation']['summary']}",
         f"compute roof: {roof['gemm_gflops']:,.1f} GFLOP/s GEMM ({roof['peak_source']}) / (2 x {roof['params'] / 1e6:,.1f} M params)"
         f" = {roof['roof_tok_s']:,.0f} tokens/s; ours {roof['ours_total_tok_s_frac_of_roof']:.1%} of it (total tokens)",
     ]
@@ -162,7 +177,7 @@ def table(record: dict) -> str:
 def main(args: argparse.Namespace) -> int:
     sizes = QUICK if args.quick else {"num_prompts": args.num_prompts, "input_len": args.input_len, "output_len": args.output_len}
     record = run(args.model, dtype=args.dtype or default_dtype(), compare=args.compare, out_dir=args.out,
-                 temperature=args.temperature, top_p=args.top_p, **sizes)
+                 temperature=args.temperature, top_p=args.top_p, compilation_level=args.compilation_level, **sizes)
     print(table(record))
     print(f"wrote {args.out / 'e2e.json'}")
     return 0

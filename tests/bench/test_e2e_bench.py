@@ -6,6 +6,7 @@ import pytest
 
 from ascendkit.bench.e2e import agreement, percentiles, synthetic_prompts
 from ascendkit.cli import main
+from compilation import tiny
 
 pytestmark = pytest.mark.xdist_group("e2e_bench")  # loads the model twice (ours, HF): keep to one worker
 
@@ -24,6 +25,8 @@ def test_e2e_quick_against_hf_prints_ratios(tmp_path, capsys):
         assert row["output_tokens"] == record["num_prompts"] * record["output_len"]  # EOS ignored
     assert record["rows"][0]["ours_over_this"] == 1.0
     assert record["num_preemptions"] == 0  # the default cache holds max_num_seqs full-length sequences
+    assert record["compilation"] == {"level": 0, "num_compiles": 0, "compile_s": 0.0,
+                                     "summary": "compilation level 0 (NO_COMPILATION): eager"}
     assert record["rows"][1]["token_agreement_with_ours"] is not None
     roof = record["roof"]
     assert roof["params"] > 100e6 and roof["gemm_gflops"] > 0 and roof["roof_tok_s"] > 0
@@ -45,6 +48,17 @@ def test_e2e_quick_sampled_runs_ours_greedy_beside_and_hf_sampling(tmp_path, cap
     assert rows["ascendkit greedy"]["ours_over_this"] > 0  # sampled over greedy, from one run
     assert all(row["token_agreement_with_ours"] is None for row in rows.values())  # sampled tokens: no agreement
     assert "sampled (temperature 0.8, top-p 0.95)" in capsys.readouterr().out
+
+@pytest.mark.slow  # Inductor compiles the tiny model in tens of seconds on this CPU
+def test_e2e_quick_at_compilation_level_2_reports_one_compile(tmp_path, capsys):
+    model = tiny.save(tmp_path / "tiny")
+    assert main(["bench", "e2e", "--quick", "--model", model, "--compilation-level", "2", "--out", str(tmp_path)]) == 0
+    compilation = json.loads((tmp_path / "e2e.json").read_text())["compilation"]
+    # warm-up (prefill, then single-token decode) and the measured run: one graph for every step
+    assert (compilation["level"], compilation["num_compiles"]) == (2, 1)
+    assert compilation["compile_s"] > 0
+    assert "ascendkit compilation level 2 (DYNAMO_ONCE): 1 compile(s)" in capsys.readouterr().out
+
 
 def test_prompts_are_deterministic_plain_tokens():
     a, b = synthetic_prompts(3, 5, 1000), synthetic_prompts(3, 5, 1000)

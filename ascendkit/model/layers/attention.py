@@ -56,18 +56,15 @@ class Attention(nn.Module):
             raise RuntimeError("KV cache not allocated: call model.allocate_kv_cache(...) first")
         tokens = x.shape[0]
         check = not meta.validated  # a validated step's metadata needs no per-layer checks
-        qkv = self.qkv_proj(x)
+        # [T, H + 2 * KVH, D]: the view is taken of the whole (contiguous) qkv output and the heads are
+        # sliced after it. A view of a strided slice makes Inductor recompute its strides with guards
+        # on the token count (`T != 1`), so a compiled forward traced at T > 1 would recompile at T = 1.
+        heads = self.qkv_proj(x).view(tokens, -1, self.head_dim)
         if self.q_norm is None:
-            # q and k heads sit side by side in each qkv row and rotate identically: one rope call
-            # over the [T, H + KVH, D] view halves the rope op's per-layer cost on CPU.
-            qk_width = (self.num_heads + self.num_kv_heads) * self.head_dim
-            self.rotary(positions, qkv[:, :qk_width].view(tokens, -1, self.head_dim), None, check)
-        q, k, v = qkv.split(self.qkv_proj.shard_sizes, dim=-1)
-        # unflatten splits only the last dim: reshape of these strided slices would make a compiled
-        # forward guard on the token count being 1 (a size-1 dim's stride is free), and recompile
-        q = q.unflatten(-1, (self.num_heads, self.head_dim))
-        k = k.unflatten(-1, (self.num_kv_heads, self.head_dim))
-        v = v.unflatten(-1, (self.num_kv_heads, self.head_dim))
+            # q and k heads sit side by side in each row and rotate identically: one rope call over
+            # the [T, H + KVH, D] slice halves the rope op's per-layer cost on CPU.
+            self.rotary(positions, heads[:, :self.num_heads + self.num_kv_heads], None, check)
+        q, k, v = heads.split([self.num_heads, self.num_kv_heads, self.num_kv_heads], dim=1)
         if self.q_norm is not None:
             # rms_norm needs rows it can view as [T*H, D]; q/k are strided slices of the qkv output
             q, k = self.q_norm(q.contiguous()), self.k_norm(k.contiguous())
