@@ -125,15 +125,16 @@ def sample_tokens_kernel(
         tl.store(token_ids_ptr + row, best_id.to(tl.int32))
 
 
-@triton.jit(do_not_specialize=["n_rows", "stride", "counts_stride", "prompt_stride"])
+@triton.jit(do_not_specialize=["n_rows", "n_slots", "stride", "counts_stride", "prompt_stride"])
 def apply_penalties_kernel(
     logits_ptr, counts_ptr, prompt_ptr, count_rows_ptr, repetition_ptr, frequency_ptr, presence_ptr,
-    n_rows, stride, counts_stride, prompt_stride, V: tl.constexpr, BLOCK: tl.constexpr,
+    n_rows, n_slots, stride, counts_stride, prompt_stride, V: tl.constexpr, BLOCK: tl.constexpr,
 ):
     offs = tl.arange(0, BLOCK)
     for row in range(tl.program_id(0), n_rows, tl.num_programs(0)):
         count_row = tl.load(count_rows_ptr + row)
-        if count_row >= 0:  # -1: a padding row, no penalties
+        # -1: a padding row, no penalties; a count row outside the table is never read either
+        if (count_row >= 0) & (count_row < n_slots):
             repetition = tl.load(repetition_ptr + row)
             frequency = tl.load(frequency_ptr + row)
             presence = tl.load(presence_ptr + row)
@@ -150,13 +151,15 @@ def apply_penalties_kernel(
                 tl.store(x_row + cols, x, mask=cols < V)
 
 
-@triton.jit(do_not_specialize=["n_rows", "stride"])
-def update_token_counts_kernel(counts_ptr, count_rows_ptr, token_ids_ptr, n_rows, stride):
-    # One scalar read-modify-write per row: count rows are distinct, so programs never collide.
+@triton.jit(do_not_specialize=["n_rows", "n_slots", "vocab", "stride"])
+def update_token_counts_kernel(counts_ptr, count_rows_ptr, token_ids_ptr, n_rows, n_slots, vocab, stride):
+    # One scalar read-modify-write per row: count rows are distinct, so programs never collide. A
+    # count row or token outside the table is skipped (scalar compares), never written.
     for row in range(tl.program_id(0), n_rows, tl.num_programs(0)):
         count_row = tl.load(count_rows_ptr + row)
-        if count_row >= 0:
-            slot = counts_ptr + tl.cast(count_row, tl.int64) * stride + tl.load(token_ids_ptr + row)
+        token = tl.load(token_ids_ptr + row)
+        if (count_row >= 0) & (count_row < n_slots) & (token >= 0) & (token < vocab):
+            slot = counts_ptr + tl.cast(count_row, tl.int64) * stride + token
             tl.store(slot, tl.load(slot) + 1)
 
 
@@ -179,35 +182,47 @@ def _next_best(y_row, prev, prev_id, V: tl.constexpr, BLOCK: tl.constexpr):
     return best, best_id
 
 
-@triton.jit(do_not_specialize=["n_out", "n_top", "out_stride", "ids_stride", "stride"])
+@triton.jit(do_not_specialize=["n_out", "n_rows", "n_top", "out_stride", "ids_stride", "stride"])
 def gather_logprobs_kernel(
-    logprobs_ptr, ids_ptr, logits_ptr, rows_ptr, token_ids_ptr, n_out, n_top, out_stride, ids_stride, stride,
-    V: tl.constexpr, BLOCK: tl.constexpr,
+    logprobs_ptr, ids_ptr, logits_ptr, rows_ptr, token_ids_ptr, n_out, n_rows, n_top, out_stride, ids_stride,
+    stride, V: tl.constexpr, BLOCK: tl.constexpr,
 ):
     offs = tl.arange(0, BLOCK)
     for i in range(tl.program_id(0), n_out, tl.num_programs(0)):
         row = tl.load(rows_ptr + i)
-        y_row = logits_ptr + tl.cast(row, tl.int64) * stride
-        top = tl.full((), float("-inf"), tl.float32)
-        for start in range(0, V, BLOCK):
-            cols = start + offs
-            top = tl.maximum(top, fast_max(tl.load(y_row + cols, mask=cols < V, other=float("-inf")), 0))
-        total = tl.zeros((), tl.float32)
-        for start in range(0, V, BLOCK):
-            cols = start + offs
-            total += tl.sum(tl.exp(tl.load(y_row + cols, mask=cols < V, other=float("-inf")) - top), 0)
-        lse = top + tl.log(total)
-        out_row = logprobs_ptr + tl.cast(i, tl.int64) * out_stride
-        ids_row = ids_ptr + tl.cast(i, tl.int64) * ids_stride
-        token = tl.load(token_ids_ptr + row)
-        tl.store(out_row, tl.load(y_row + token) - lse)
-        tl.store(ids_row, token)
-        prev = tl.full((), float("inf"), tl.float32)
-        prev_id = tl.full((), -1.0, tl.float32)
-        for j in range(n_top):
-            prev, prev_id = _next_best(y_row, prev, prev_id, V, BLOCK)
-            tl.store(out_row + 1 + j, prev - lse)
-            tl.store(ids_row + 1 + j, prev_id.to(tl.int32))
+        # A row outside logits, or its token outside the vocabulary, leaves output row i as it was.
+        if (row >= 0) & (row < n_rows):
+            token = tl.load(token_ids_ptr + row)
+            if (token >= 0) & (token < V):
+                _gather_row(logprobs_ptr, ids_ptr, logits_ptr, row, token, i, n_top, out_stride, ids_stride, stride,
+                            V, BLOCK)
+
+
+@triton.jit
+def _gather_row(logprobs_ptr, ids_ptr, logits_ptr, row, token, i, n_top, out_stride, ids_stride, stride,
+                V: tl.constexpr, BLOCK: tl.constexpr):
+    """Output row i: logits row `row`'s log-softmax at `token`, then its n_top best."""
+    offs = tl.arange(0, BLOCK)
+    y_row = logits_ptr + tl.cast(row, tl.int64) * stride
+    top = tl.full((), float("-inf"), tl.float32)
+    for start in range(0, V, BLOCK):
+        cols = start + offs
+        top = tl.maximum(top, fast_max(tl.load(y_row + cols, mask=cols < V, other=float("-inf")), 0))
+    total = tl.zeros((), tl.float32)
+    for start in range(0, V, BLOCK):
+        cols = start + offs
+        total += tl.sum(tl.exp(tl.load(y_row + cols, mask=cols < V, other=float("-inf")) - top), 0)
+    lse = top + tl.log(total)
+    out_row = logprobs_ptr + tl.cast(i, tl.int64) * out_stride
+    ids_row = ids_ptr + tl.cast(i, tl.int64) * ids_stride
+    tl.store(out_row, tl.load(y_row + token) - lse)
+    tl.store(ids_row, token)
+    prev = tl.full((), float("inf"), tl.float32)
+    prev_id = tl.full((), -1.0, tl.float32)
+    for j in range(n_top):
+        prev, prev_id = _next_best(y_row, prev, prev_id, V, BLOCK)
+        tl.store(out_row + 1 + j, prev - lse)
+        tl.store(ids_row + 1 + j, prev_id.to(tl.int32))
 
 
 def block_for(vocab: int) -> int:
@@ -242,7 +257,8 @@ def apply_penalties(logits: torch.Tensor, output_counts: torch.Tensor, prompt_ma
     if rows:
         apply_penalties_kernel[_grid(logits, rows)](
             logits, output_counts, prompt_mask, count_rows, repetition_penalties, frequency_penalties,
-            presence_penalties, rows, logits.stride(0), output_counts.stride(0), prompt_mask.stride(0),
+            presence_penalties, rows, output_counts.shape[0], logits.stride(0), output_counts.stride(0),
+            prompt_mask.stride(0),
             V=vocab, BLOCK=block_for(vocab))
 
 
@@ -250,7 +266,8 @@ def update_token_counts(output_counts: torch.Tensor, count_rows: torch.Tensor, t
     rows = count_rows.shape[0]
     if rows:
         update_token_counts_kernel[_grid(output_counts, rows)](
-            output_counts, count_rows, token_ids, rows, output_counts.stride(0))
+            output_counts, count_rows, token_ids, rows, output_counts.shape[0], output_counts.shape[1],
+            output_counts.stride(0))
 
 
 def gather_logprobs(logprobs: torch.Tensor, logprob_ids: torch.Tensor, logits: torch.Tensor, rows: torch.Tensor,
@@ -258,5 +275,5 @@ def gather_logprobs(logprobs: torch.Tensor, logprob_ids: torch.Tensor, logits: t
     n_out, vocab = rows.shape[0], logits.shape[1]
     if n_out:
         gather_logprobs_kernel[_grid(logits, n_out)](
-            logprobs, logprob_ids, logits, rows, token_ids, n_out, logprobs.shape[1] - 1, logprobs.stride(0),
-            logprob_ids.stride(0), logits.stride(0), V=vocab, BLOCK=block_for(vocab))
+            logprobs, logprob_ids, logits, rows, token_ids, n_out, logits.shape[0], logprobs.shape[1] - 1,
+            logprobs.stride(0), logprob_ids.stride(0), logits.stride(0), V=vocab, BLOCK=block_for(vocab))

@@ -2,15 +2,19 @@
 seeded sampling, logprobs and the token-count update. Rules and the tie rule:
 ascendkit/kernels/sampling.py.
 
-Value ranges (temperature >= 0, top_k >= 0, top_p in (0, 1], min_p in [0, 1]) are checked on CPU
-tensors, where reading them is free. On NPU/CUDA that check would be a host sync inside a
-graph-captured step, so there the caller (the runtime's SamplingParams) owns it.
+Value ranges (temperature >= 0, top_k >= 0, top_p in (0, 1], min_p in [0, 1]) and index ranges
+(count_rows, token_ids, rows) are checked on CPU tensors, where reading them is free. On NPU/CUDA
+that check would be a host sync inside a graph-captured step, so there it runs only with
+ASCENDKIT_CHECK_INDICES=1; the caller (the runtime's SamplingParams) owns the value ranges, and
+the kernels skip an index outside its table (a count row or token: no penalty, no count; a
+logprob row or its token: that output row is left as it was).
 """
 from __future__ import annotations
 
 import torch
 from torch._subclasses.fake_tensor import is_fake
 
+from ascendkit.ops._indices import checking
 from ascendkit.ops._registry import register_op
 from ascendkit.ops._validate import FP32, INT32, check_same_device, check_shape, check_tensor
 
@@ -37,7 +41,7 @@ def _check_range(name: str, t: torch.Tensor, ok: torch.Tensor | None, what: str)
 
 
 def _readable(t: torch.Tensor) -> bool:
-    return t.device.type == "cpu" and not is_fake(t)
+    return not is_fake(t) and t.device.type != "meta" and (t.device.type == "cpu" or checking())
 
 
 def _validate_process(logits, temperatures, top_k, top_p, min_p) -> None:
@@ -117,6 +121,8 @@ def _validate_logprobs(logprobs, logprob_ids, logits, rows, token_ids) -> None:
     check_same_device(logits=logits, logprobs=logprobs, logprob_ids=logprob_ids, rows=rows, token_ids=token_ids)
     if _readable(rows):
         _check_range("rows", rows, (rows >= 0) & (rows < n_rows), f"in [0, {n_rows})")
+    if _readable(token_ids):
+        _check_range("token_ids", token_ids, (token_ids >= 0) & (token_ids < vocab), f"in [0, {vocab})")
 
 
 PROCESS_LOGITS_SCHEMA = "(Tensor! logits, Tensor temperatures, Tensor top_k, Tensor top_p, Tensor min_p) -> ()"

@@ -6,6 +6,8 @@ import torch
 
 from opchecks import kernel_path, run_both
 
+import ascendkit.kernels.sampling as sampling_kernels
+
 OPS = torch.ops.ascend
 EXACT = {"rtol": 0, "atol": 0}
 I32 = torch.int32
@@ -79,3 +81,36 @@ def test_gather_logprobs():
     tokens = torch.tensor([1, 2, 3, 105, 4, 2499], dtype=I32)
     args = [torch.empty(4, 13), torch.empty(4, 13, dtype=I32), logits, rows, tokens]
     run_both(OPS.gather_logprobs, args, mutated=[0, 1], rtol=1.3e-6, atol=1e-5)
+
+
+def test_out_of_range_indices_are_skipped():
+    """On NPU/CUDA the validators cannot read indices (a host sync), so the kernels skip any outside
+    its table (launched directly here: on CPU the op's validator refuses them first). A count row
+    or token outside the table: no penalty, no count; a logprob row or its token outside logits:
+    that output row is left as it was. The rows around the counts table keep their sentinel."""
+    vocab, slots, guard = 300, 3, 2
+    buf = torch.full((slots + 2 * guard, vocab), -7, dtype=I32)
+    counts = buf[guard:guard + slots]
+    counts.zero_()
+    prompt = torch.zeros(slots, vocab, dtype=torch.int8)
+    count_rows = torch.tensor([0, slots, -2, 2], dtype=I32)  # rows 1 and 2 point outside the table
+    tokens = torch.tensor([5, 6, 7, vocab], dtype=I32)  # row 3's token is outside the vocabulary
+    sampling_kernels.update_token_counts(counts, count_rows, tokens)
+    assert (buf[:guard] == -7).all() and (buf[guard + slots:] == -7).all()
+    expected = torch.zeros(slots, vocab, dtype=I32)
+    expected[0, 5] = 1
+    assert torch.equal(counts, expected)
+
+    logits = torch.randn(4, vocab)
+    before = logits.clone()
+    ones = torch.ones(4)
+    sampling_kernels.apply_penalties(logits, counts, prompt, count_rows, ones * 2, ones, ones)
+    assert torch.equal(logits[1:3], before[1:3])  # out-of-table count rows: untouched
+    assert logits[0, 5] != before[0, 5] and torch.equal(logits[0, :5], before[0, :5])
+
+    logprobs, ids = torch.full((4, 3), 5.0), torch.full((4, 3), -9, dtype=I32)
+    rows = torch.tensor([0, 4, -1, 3], dtype=I32)  # 4 and -1 are outside logits; row 3's token too
+    sampling_kernels.gather_logprobs(logprobs, ids, before, rows, tokens)
+    assert (logprobs[1:] == 5.0).all() and (ids[1:] == -9).all()
+    torch.testing.assert_close(logprobs[0, 0], torch.log_softmax(before[0], -1)[5])
+    assert int(ids[0, 0]) == 5
