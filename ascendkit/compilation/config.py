@@ -59,11 +59,6 @@ class CompilationConfig:
             if not isinstance(getattr(self, flag), bool):
                 raise TypeError(f"{flag}: expected a bool, got {getattr(self, flag)!r}")
 
-    @property
-    def split_op_names(self) -> set[str]:
-        """The splitting ops' names without the namespace."""
-        return {name.partition("::")[2] for name in self.splitting_ops}
-
     @classmethod
     def from_user(cls, value: "CompilationConfig | dict | int | None") -> "CompilationConfig":
         """What LLM(compilation_config=...) accepts: a config, a dict of its fields, a level, or None

@@ -80,10 +80,12 @@ def register_op(name: str, schema: str, *, validate: Callable[..., None], fake: 
         raise RuntimeError(f"op ascend::{name} registered twice")
     _LIB.define(name + torch_schema(schema))
 
+    def cpu_path(*args):
+        return (launcher if kernel_path() == "triton" else reference)(*args)
+
     def cpu_impl(*args):
         validate(*args)
-        impl = launcher if kernel_path() == "triton" else reference
-        return impl(*args)
+        return cpu_path(*args)
 
     def device_impl(*args):
         validate(*args)
@@ -108,7 +110,7 @@ def register_op(name: str, schema: str, *, validate: Callable[..., None], fake: 
             return overload(*args)  # traced graphs keep the custom op (and its fake impl)
         device = args[0].device.type
         if device == "cpu":
-            return (launcher if kernel_path() == "triton" else reference)(*args)
+            return cpu_path(*args)
         return launcher(*args) if device in ("npu", "cuda") else overload(*args)
 
     _UNCHECKED[name] = unchecked_impl

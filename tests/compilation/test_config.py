@@ -8,7 +8,7 @@ from ascendkit.compilation import CompilationConfig, CompilationLevel, compile_m
 def test_defaults_and_forms():
     config = CompilationConfig()
     assert config.level == CompilationLevel.NO_COMPILATION
-    assert "ascend::unified_attention" in config.splitting_ops and "unified_attention" in config.split_op_names
+    assert "ascend::unified_attention" in config.splitting_ops
     assert CompilationConfig.from_user(None).level == 0
     assert CompilationConfig.from_user(2).level == CompilationLevel.DYNAMO_ONCE
     assert CompilationConfig.from_user({"level": 1, "use_inductor": False}).use_inductor is False
