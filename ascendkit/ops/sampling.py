@@ -12,9 +12,8 @@ logprob row or its token: that output row is left as it was).
 from __future__ import annotations
 
 import torch
-from torch._subclasses.fake_tensor import is_fake
 
-from ascendkit.ops._indices import checking
+from ascendkit.ops._indices import checkable
 from ascendkit.ops._registry import register_op
 from ascendkit.ops._validate import FP32, INT32, check_same_device, check_shape, check_tensor
 
@@ -40,16 +39,12 @@ def _check_range(name: str, t: torch.Tensor, ok: torch.Tensor | None, what: str)
         raise ValueError(f"{name}: every value must be {what}")
 
 
-def _readable(t: torch.Tensor) -> bool:
-    return not is_fake(t) and t.device.type != "meta" and (t.device.type == "cpu" or checking())
-
-
 def _validate_process(logits, temperatures, top_k, top_p, min_p) -> None:
     rows, _ = _check_logits(logits)
     _check_per_row(rows, FP32, temperatures=temperatures, top_p=top_p, min_p=min_p)
     _check_per_row(rows, INT32, top_k=top_k)
     check_same_device(logits=logits, temperatures=temperatures, top_k=top_k, top_p=top_p, min_p=min_p)
-    if _readable(logits):
+    if checkable(logits):
         _check_range("temperatures", temperatures, temperatures >= 0, ">= 0 (0 = greedy)")
         _check_range("top_k", top_k, top_k >= 0, ">= 0 (0 = off)")
         _check_range("top_p", top_p, (top_p > 0) & (top_p <= 1), "in (0, 1] (1 = off)")
@@ -62,7 +57,7 @@ def _validate_sample(token_ids, logits, temperatures, seeds, steps) -> None:
     _check_per_row(rows, FP32, temperatures=temperatures)
     _check_per_row(rows, INT64, seeds=seeds, steps=steps)
     check_same_device(logits=logits, token_ids=token_ids, temperatures=temperatures, seeds=seeds, steps=steps)
-    if _readable(logits):
+    if checkable(logits):
         _check_range("temperatures", temperatures, temperatures >= 0, ">= 0 (0 = greedy)")
 
 
@@ -75,7 +70,7 @@ def _check_counts(output_counts: torch.Tensor, vocab: int | None) -> int:
 
 def _check_count_rows(count_rows: torch.Tensor, rows: int, slots: int) -> None:
     _check_per_row(rows, INT32, count_rows=count_rows)
-    if _readable(count_rows):
+    if checkable(count_rows):
         _check_range("count_rows", count_rows, (count_rows >= -1) & (count_rows < slots), f"in [-1, {slots})")
         used = count_rows[count_rows >= 0]
         if used.unique().numel() != used.numel():
@@ -94,7 +89,7 @@ def _validate_penalties(logits, output_counts, prompt_mask, count_rows, repetiti
     check_same_device(logits=logits, output_counts=output_counts, prompt_mask=prompt_mask, count_rows=count_rows,
                       repetition_penalties=repetition_penalties, frequency_penalties=frequency_penalties,
                       presence_penalties=presence_penalties)
-    if _readable(logits):
+    if checkable(logits):
         _check_range("repetition_penalties", repetition_penalties, repetition_penalties > 0, "> 0 (1 = off)")
 
 
@@ -104,7 +99,7 @@ def _validate_update(output_counts, count_rows, token_ids) -> None:
     _check_count_rows(count_rows, rows, slots)
     _check_per_row(rows, INT32, token_ids=token_ids)
     check_same_device(output_counts=output_counts, count_rows=count_rows, token_ids=token_ids)
-    if _readable(token_ids):
+    if checkable(token_ids):
         vocab = output_counts.shape[1]
         _check_range("token_ids", token_ids, (token_ids >= 0) & (token_ids < vocab), f"in [0, {vocab})")
 
@@ -119,9 +114,9 @@ def _validate_logprobs(logprobs, logprob_ids, logits, rows, token_ids) -> None:
     check_shape("logprob_ids", logprob_ids, logprobs.shape, "same as logprobs")
     _check_per_row(n_rows, INT32, token_ids=token_ids)
     check_same_device(logits=logits, logprobs=logprobs, logprob_ids=logprob_ids, rows=rows, token_ids=token_ids)
-    if _readable(rows):
+    if checkable(rows):
         _check_range("rows", rows, (rows >= 0) & (rows < n_rows), f"in [0, {n_rows})")
-    if _readable(token_ids):
+    if checkable(token_ids):
         _check_range("token_ids", token_ids, (token_ids >= 0) & (token_ids < vocab), f"in [0, {vocab})")
 
 
