@@ -36,8 +36,9 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     e2e.add_argument("--input-len", type=int, default=128)
     e2e.add_argument("--output-len", type=int, default=64)
     e2e.add_argument("--dtype", choices=("fp16", "bf16", "fp32"), help="default: fp32 on CPU, bf16 on NPU/CUDA")
-    e2e.add_argument("--compare", action="append", choices=("hf", "llama.cpp"), default=[],
-                     help="also run this peer on the same model, prompts and dtype (repeatable)")
+    e2e.add_argument("--compare", action="append", choices=("hf", "llama.cpp", "llama.cpp-f32"), default=[],
+                     help="also run this peer on the same model, prompts and dtype (repeatable); "
+                          "llama.cpp-f32: llama.cpp on an F32 copy of the GGUF (the same weights as ours in fp32)")
     e2e.add_argument("--temperature", type=float, default=0.0,
                      help="0 (default): greedy; > 0: ours and HF sample, and ours also runs greedy beside")
     e2e.add_argument("--top-p", type=float, default=1.0, help="with --temperature: nucleus for ours and HF")

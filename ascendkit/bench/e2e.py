@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from ascendkit import platform
+from ascendkit.bench.f32_gguf import write_f32_gguf
 from ascendkit.bench.peaks import current_peak
 from ascendkit.bench.kernels import DTYPES, default_dtype
 from ascendkit.bench.peers import RunResult, llamacpp_available, run_hf, run_llamacpp
@@ -106,6 +107,14 @@ def _greedy_only(result: RunResult, sampled: bool) -> RunResult:
     return result
 
 
+def _run_llamacpp_peer(peer: str, path: Path, prompts: list[list[int]], output_len: int, out_dir: Path) -> RunResult:
+    """"llama.cpp" on the GGUF itself; "llama.cpp-f32" on its F32 copy (written once into out_dir)."""
+    if peer == "llama.cpp":
+        return run_llamacpp(path, prompts, output_len)
+    f32 = write_f32_gguf(path, out_dir / f"{path.stem}.F32.gguf")
+    return run_llamacpp(f32, prompts, output_len, engine=peer, weights="F32 GGUF dequantised from the same file")
+
+
 def compilation_record(model: torch.nn.Module | CompiledModel) -> dict:
     """Level, compiles and backend seconds of the engine's model (a CompiledModel above level 0)."""
     if not isinstance(model, CompiledModel):
@@ -143,7 +152,7 @@ def run(model: str, num_prompts: int, input_len: int, output_len: int, dtype: st
         elif path.suffix != ".gguf":
             skipped[peer] = f"llama.cpp needs a .gguf model, got {path}"
         else:
-            results.append(run_llamacpp(path, prompts, output_len))
+            results.append(_run_llamacpp_peer(peer, path, prompts, output_len, out_dir))
     payload = {
         "benchmark": "e2e", "model": str(path), "dtype": dtype, "num_prompts": num_prompts, "input_len": input_len,
         "output_len": output_len, "temperature": temperature, "top_p": top_p, "num_preemptions": num_preemptions,

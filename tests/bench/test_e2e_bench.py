@@ -13,12 +13,14 @@ pytestmark = pytest.mark.xdist_group("e2e_bench")  # loads the model twice (ours
 
 @pytest.mark.slow
 def test_e2e_quick_against_hf_prints_ratios(tmp_path, capsys):
-    assert main(["bench", "e2e", "--quick", "--compare", "hf", "--compare", "llama.cpp", "--out", str(tmp_path)]) == 0
+    assert main(["bench", "e2e", "--quick", "--compare", "hf", "--compare", "llama.cpp", "--compare", "llama.cpp-f32",
+                 "--out", str(tmp_path)]) == 0
     record = json.loads((tmp_path / "e2e.json").read_text())
     engines = [row["engine"] for row in record["rows"]]
     assert engines[:2] == ["ascendkit", "hf"]
     # llama.cpp runs when the optional xllamacpp wheel is installed, and is reported as skipped otherwise.
-    assert ("llama.cpp" in engines) != ("llama.cpp" in record["skipped"])
+    for peer in ("llama.cpp", "llama.cpp-f32"):
+        assert (peer in engines) != (peer in record["skipped"])
     for row in record["rows"]:
         assert {"output_tok_s", "total_tok_s", "ttft_ms", "tpot_ms", "ours_over_this", "wall_s"} <= set(row)
         assert set(row["ttft_ms"]) == set(row["tpot_ms"]) == {"p50", "p90", "p99"}
