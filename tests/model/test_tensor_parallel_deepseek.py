@@ -24,7 +24,8 @@ from tolerances import assert_close
 
 
 def _variant(case: str, **fields):
-    """A parity-test config with some fields changed."""
+    """A copy of a parity-test config with some fields changed (a copy: save_tiny writes into the
+    config it saves)."""
     config = copy.deepcopy(PARITY_CASES[case])
     for name, value in fields.items():
         setattr(config, name, value)
@@ -34,8 +35,8 @@ def _variant(case: str, **fields):
 # 4 heads (2 per rank), intermediate 96, moe_intermediate 32, vocab 128: every split is even.
 CASES = {
     "mla_dense_biases": _variant("moe_greedy", first_k_dense_replace=2, attention_bias=True, mlp_bias=True),
-    "mla_q_lora": PARITY_CASES["dense_q_lora"],
-    "moe_shared_expert": PARITY_CASES["moe_greedy"],  # layer 0 dense, layer 1 top-2 of 4 + 1 shared
+    "mla_q_lora": _variant("dense_q_lora"),
+    "moe_shared_expert": _variant("moe_greedy"),  # layer 0 dense, layer 1 top-2 of 4 + 1 shared
 }
 
 
@@ -118,7 +119,8 @@ def test_row_parallel_partials_sum_to_the_output():
     (dict(moe_intermediate_size=31), "moe_intermediate_size"),
 ])
 def test_unsplittable_sizes_name_the_field(tmp_path, as_rank, fields, field):  # noqa: F811
-    _variant("moe_greedy", **fields).save_pretrained(tmp_path)  # the error comes before any weight is read
+    # config.json alone: the error comes before any weight is read
+    _variant("moe_greedy", architectures=["DeepseekV2ForCausalLM"], **fields).save_pretrained(tmp_path)
     as_rank(2, 0)
     with pytest.raises(ValueError, match=rf"^{field}: .*tensor_parallel_size 2"):
         load_model(str(tmp_path))
