@@ -89,7 +89,8 @@ class CausalLM(nn.Module):
         super().__init__()
         if tp_size() > 1 and not self.tensor_parallel:
             raise NotImplementedError(f"{config.architecture}: tensor parallelism is not implemented for this "
-                                      f"architecture (tensor_parallel_size {tp_size()}); it is for the Llama family")
+                                      f"architecture (tensor_parallel_size {tp_size()}); it is for the Llama "
+                                      "family and DeepSeek-V2")
         self.config = config
         self.lm_head = (None if config.tie_word_embeddings
                         else ColumnParallelLinear(config.hidden_size, [vocab_share(config)]))
