@@ -49,6 +49,11 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     host = which.add_parser("host", help="scheduler + input preparation + sampling per decode step, model stubbed out")
     host.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 32, 256])
     host.add_argument("--steps", type=int, default=20, help="decode steps timed per batch size")
+    host.add_argument("--forward", choices=("stub", "hollow"), default="stub",
+                      help="stub: the model returns preallocated outputs; hollow: the default model's layers at "
+                           "negligible widths, so the 'forward' stage is a real forward's host cost")
+    host.add_argument("--compilation-level", type=int, choices=(0, 1, 2, 3), default=0,
+                      help="with --forward hollow: the forward's compilation level (compiles before the timed steps)")
     host.set_defaults(func=_route("host_overhead"))
 
     for parser in (kernels, e2e, host):
