@@ -96,12 +96,13 @@ class GGUFFile:
     def tensors(self) -> Iterator[tuple[str, str, GGUFCheckpointTensor]]:
         """(file, HF name, unread tensor in HF's layout) for every tensor."""
         cfg = self.config()
-        heads = {"q_proj.weight": cfg.num_attention_heads, "k_proj.weight": cfg.num_key_value_heads}
+        permuted = ({"q_proj.weight": cfg.num_attention_heads, "k_proj.weight": cfg.num_key_value_heads}
+                    if self.arch == "llama" else {})
         for t in self.gguf_tensors:
             name = _hf_name(t.name, self.layer_names)
-            permuted = next((h for suffix, h in heads.items() if name.endswith(suffix)), 0) if self.arch == "llama" else 0
             norm = self.arch == "gemma3" and name.endswith("norm.weight")
-            yield self.path, name, GGUFCheckpointTensor(self.path, t, permuted, norm)
+            heads = permuted.get(name.rpartition(".self_attn.")[2], 0)
+            yield self.path, name, GGUFCheckpointTensor(self.path, t, heads, norm)
 
 
 class GGUFCheckpointTensor:
