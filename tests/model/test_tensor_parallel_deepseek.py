@@ -18,7 +18,6 @@ from ascendkit.model.layers.parallel_linear import RowParallelLinear
 from ascendkit.model.layers.partition import split_evenly
 from model.helpers import save_tiny
 from model.test_deepseek_v2_parity import CASES as PARITY_CASES
-from model.test_tensor_parallel import as_rank  # noqa: F401 (the fixture)
 from model.tp_worker import run_ranks, script_logits
 from tolerances import assert_close
 
@@ -55,7 +54,7 @@ def test_tp2_logits_equal_tp1(tmp_path):
 
 
 @pytest.mark.parametrize("rank", [0, 1])
-def test_rank_loads_only_its_shard(tmp_path, as_rank, rank):  # noqa: F811 (the imported fixture)
+def test_rank_loads_only_its_shard(tmp_path, as_rank, rank):
     save_tiny(_variant("moe_greedy", q_lora_rank=24), tmp_path)
     full = load_file(tmp_path / "model.safetensors")
     as_rank(2, rank)
@@ -88,7 +87,7 @@ def test_rank_loads_only_its_shard(tmp_path, as_rank, rank):  # noqa: F811 (the 
     assert attn.kv_cache.shape == (3, 16, 32 + 16)
 
 
-def test_moe_layer_all_reduces_once(as_rank, monkeypatch):  # noqa: F811
+def test_moe_layer_all_reduces_once(as_rank, monkeypatch):
     as_rank(2, 0)
     moe = MoE(16, 8, num_experts=4, top_k=2, num_shared_experts=1, routed_scaling_factor=1.0)
     with torch.no_grad():
@@ -118,7 +117,7 @@ def test_row_parallel_partials_sum_to_the_output():
     (dict(num_attention_heads=3, hidden_size=48), "num_attention_heads"),
     (dict(moe_intermediate_size=31), "moe_intermediate_size"),
 ])
-def test_unsplittable_sizes_name_the_field(tmp_path, as_rank, fields, field):  # noqa: F811
+def test_unsplittable_sizes_name_the_field(tmp_path, as_rank, fields, field):
     # config.json alone: the error comes before any weight is read
     _variant("moe_greedy", architectures=["DeepseekV2ForCausalLM"], **fields).save_pretrained(tmp_path)
     as_rank(2, 0)
