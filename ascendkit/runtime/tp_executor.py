@@ -72,6 +72,7 @@ class TPExecutor:
         context = multiprocessing.get_context("spawn")
         init_method = f"tcp://127.0.0.1:{_free_port()}"
         self.processes, self.conns = [], []
+        self._tracebacks: list[str] = []  # of the ranks' exceptions, for the RuntimeError's message
         self._finalizer = weakref.finalize(self, _stop, self.processes, self.conns)
         for rank in range(size):
             parent_end, child_end = context.Pipe()
@@ -118,15 +119,19 @@ class TPExecutor:
             while conn.poll():
                 message = conn.recv()
                 if message[0] == "error":
-                    return f"raised {message[1]}"
+                    return self._raised(rank, message)
         except (EOFError, OSError):
             pass
         return _exit_text(self._exit_code(rank))
 
+    def _raised(self, rank: int, message: tuple) -> str:
+        self._tracebacks.append(f"--- rank {rank} ---\n{message[2]}")
+        return f"raised {message[1]}"
+
     def _fail(self, what: str):
         self._finalizer.detach()
         _stop(self.processes, self.conns, grace_s=0.0)  # a surviving rank may sit in a collective: no grace
-        raise RuntimeError(f"tensor-parallel {what}; every worker has been stopped")
+        raise RuntimeError("\n".join([f"tensor-parallel {what}; every worker has been stopped", *self._tracebacks]))
 
     def _replies(self, kind: str, deadline: float | None) -> list:
         """Each rank's payload of its next `kind` message, rank order; a RuntimeError (after
@@ -149,7 +154,7 @@ class TPExecutor:
                     failures[rank] = _exit_text(self._exit_code(rank))
                     continue
                 if message[0] == "error":
-                    failures[rank] = f"raised {message[1]}"
+                    failures[rank] = self._raised(rank, message)
                 else:
                     replies[rank] = message[1]
                     pending.discard(rank)

@@ -6,7 +6,7 @@ is needed; rank 0 sends the outputs back.
 
 Messages (tuples over the rank's Pipe): parent -> rank ("generate", prompts, encoded, params,
 use_tqdm) | ("stop",); rank -> parent ("ready", RankInfo) | ("result", (outputs, stats) on rank
-0, None elsewhere) | ("error", text)."""
+0, None elsewhere) | ("error", "Type: message", traceback text)."""
 from __future__ import annotations
 
 import os
@@ -56,7 +56,7 @@ def worker_main(rank: int, world: int, init_method: str, model: str, args: Engin
     except BaseException as exc:
         code = 1
         try:
-            conn.send(("error", f"{type(exc).__name__}: {exc}\n--- rank {rank} traceback ---\n{traceback.format_exc()}"))
+            conn.send(("error", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
         except OSError:  # the parent is gone: nobody to tell
             pass
     finally:
