@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from transformers import LlamaConfig
 
 import ascendkit
@@ -146,6 +147,27 @@ def test_torchrun_ranks_generate_the_tp1_tokens(tiny, tmp_path):
         result = json.loads((tmp_path / f"rank{rank}.json").read_text())
         assert result["tokens"] == want and result["in_process"]
         assert result["collective_bytes"]["all_gather"] == 4 * 8 * 128 * 4  # each rank gathered the logits itself
+
+
+def test_kv_blocks_are_the_minimum_over_the_ranks(monkeypatch):
+    """create_engine's agreement (a peer with less memory wins) through the counted all_reduce,
+    with a stand-in for the peer's side of torch.distributed."""
+    from ascendkit.distributed import collective_bytes, collectives, group
+    from ascendkit.runtime.engine_args import _agreed_blocks
+
+    monkeypatch.setattr(group._GROUP, "size", 2)
+    ops = []
+
+    def peer_holds_70(x, op):
+        ops.append(op)
+        x.copy_(torch.minimum(x, torch.tensor([70])))
+
+    monkeypatch.setattr(collectives.dist, "all_reduce", peer_holds_70)
+    before = collective_bytes()["all_reduce"]
+    assert (_agreed_blocks(100), _agreed_blocks(50)) == (70, 50)
+    assert ops == [torch.distributed.ReduceOp.MIN] * 2 and collective_bytes()["all_reduce"] - before == 2 * 8
+    with pytest.raises(ValueError, match="^op: must be one of"):
+        collectives.all_reduce(torch.zeros(1), op="mean")
 
 
 @pytest.mark.parametrize("size, error, message", [
