@@ -84,7 +84,7 @@ class LLM:
             if isinstance(model, LoadedModel):
                 raise ValueError("model: a LoadedModel holds every weight in this process; tensor_parallel_size > 1 "
                                  "needs a model name or path, which each rank loads its shard of")
-            from ascendkit.runtime.tp_executor import TPExecutor
+            from ascendkit.runtime.tp_executor import TPExecutor  # imports the model package: lazily, as above
 
             self._executor = TPExecutor(str(model), args, size, tp_timeout_s)
             info = self._executor.info

@@ -82,7 +82,7 @@ class TPExecutor:
             child_end.close()  # the parent's copy: only the worker's end may stay open, so its death is an EOF
             self.processes.append(process)
             self.conns.append(parent_end)
-        infos: list[RankInfo] = self._replies("ready", time.monotonic() + timeout_s)
+        infos: list[RankInfo] = self._watched("ready", time.monotonic() + timeout_s)
         self.info: RankInfo = infos[0]
         self.num_parameters = sum(info.num_parameters for info in infos)
 
@@ -102,7 +102,7 @@ class TPExecutor:
                 conn.send(("generate", prompts, encoded, params, use_tqdm))
             except OSError:
                 self._fail(f"rank {rank} {self._death(rank)}")
-        return self._replies("result", None)[0]
+        return self._watched("result", None)[0]
 
     def shutdown(self) -> None:
         """Stop and join every worker (idempotent)."""
@@ -128,9 +128,23 @@ class TPExecutor:
         self._tracebacks.append(f"--- rank {rank} ---\n{message[2]}")
         return f"raised {message[1]}"
 
+    def _abort(self) -> None:
+        """Stop every worker now: a surviving rank may sit in a collective or mid-generate, deaf to
+        a stop message."""
+        if self._finalizer.detach() is not None:
+            _stop(self.processes, self.conns, grace_s=0.0)
+
+    def _watched(self, kind: str, deadline: float | None) -> list:
+        """_replies, stopping every worker when the wait ends any other way (e.g. KeyboardInterrupt):
+        the ranks' unread replies would otherwise answer the next call."""
+        try:
+            return self._replies(kind, deadline)
+        except BaseException:
+            self._abort()
+            raise
+
     def _fail(self, what: str):
-        self._finalizer.detach()
-        _stop(self.processes, self.conns, grace_s=0.0)  # a surviving rank may sit in a collective: no grace
+        self._abort()
         raise RuntimeError("\n".join([f"tensor-parallel {what}; every worker has been stopped", *self._tracebacks]))
 
     def _replies(self, kind: str, deadline: float | None) -> list:
