@@ -37,6 +37,8 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--graph", choices=("auto", "off"), default="auto")
     parser.add_argument("--compilation-level", type=int, choices=(0, 1, 2), default=0,
                         help="0 eager, 1 torch.compile as is, 2 Dynamo once (one trace, no recompiles)")
+    parser.add_argument("--tensor-parallel-size", type=int, default=1,
+                        help="N > 1: the model split over N ranks (spawned worker processes, or the torchrun launch)")
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -44,7 +46,7 @@ def _generate(args: argparse.Namespace) -> int:
     from ascendkit.runtime.sampling_params import SamplingParams
 
     llm = LLM(args.model, dtype=args.dtype, max_model_len=args.max_model_len, quantization=args.quantize,
-              graph=args.graph, compilation_config=args.compilation_level)
+              graph=args.graph, compilation_config=args.compilation_level, tensor_parallel_size=args.tensor_parallel_size)
     params = SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens,
                             seed=args.seed)
     use_tqdm = len(args.prompt) > 1
@@ -61,8 +63,9 @@ def _generate(args: argparse.Namespace) -> int:
     print(f"{stats.num_requests} requests, {stats.prompt_tokens} prompt + {stats.generated_tokens} generated tokens "
           f"in {stats.elapsed_s:.2f} s: {stats.tokens_per_s:.1f} tokens/s "
           f"({llm.config.device.type}, {str(llm.config.dtype).replace('torch.', '')})")
-    if args.compilation_level:
+    if args.compilation_level and llm.engine is not None:  # spawned ranks compile in their own processes
         print(llm.engine.model.describe())
+    llm.shutdown()
     return 0 if all(o.outputs[0].finish_reason != "error" for o in outputs) else 1
 
 

@@ -40,6 +40,15 @@ def test_generate_chat_and_quantize_flags(stub_llm, capsys):
     assert "1 requests" in capsys.readouterr().out
 
 
+def test_tensor_parallel_size_reaches_llm(stub_llm):
+    """The flag is parsed on generate and demo and handed to LLM (N > 1 itself runs in
+    tests/runtime/test_tensor_parallel_llm.py)."""
+    assert cli.main(["generate", "--prompt", "a", "--max-tokens", "2", "--tensor-parallel-size", "1"]) == 0
+    assert stub_llm["tensor_parallel_size"] == 1
+    for command in (["generate", "--prompt", "a"], ["demo"]):
+        assert cli.build_parser().parse_args(command + ["--tensor-parallel-size", "2"]).tensor_parallel_size == 2
+
+
 def test_demo_runs_chat_prompts(stub_llm, monkeypatch, capsys):
     from ascendkit.runtime import cli as runtime_cli
 
