@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import multiprocessing
 import signal
-import socket
 import time
 import weakref
 from multiprocessing.connection import Connection, wait
 
 import torch
 
+from ascendkit.distributed import local_init_method
 from ascendkit.runtime.engine_args import EngineArgs
 from ascendkit.runtime.generation import GenerationStats
 from ascendkit.runtime.outputs import RequestOutput
@@ -27,12 +27,6 @@ from ascendkit.runtime.tp_worker import RankInfo, worker_main
 
 STOP_GRACE_S = 10.0  # a stopped worker's time to leave the group and exit before it is terminated
 DEATH_GRACE_S = 0.5  # after one rank fails, how long the others' exits are awaited, to name them too
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _stop(processes: list, conns: list[Connection], grace_s: float = STOP_GRACE_S) -> None:
@@ -70,7 +64,7 @@ class TPExecutor:
 
     def __init__(self, model: str, args: EngineArgs, size: int, timeout_s: float) -> None:
         context = multiprocessing.get_context("spawn")
-        init_method = f"tcp://127.0.0.1:{_free_port()}"
+        init_method = local_init_method()
         self.processes, self.conns = [], []
         self._tracebacks: list[str] = []  # of the ranks' exceptions, for the RuntimeError's message
         self._finalizer = weakref.finalize(self, _stop, self.processes, self.conns)
