@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import Callable, Protocol
 
 import torch
-from torch import fx
 
 from ascendkit import platform
 from ascendkit.compilation.config import CompilationConfig, CompilationLevel

@@ -58,7 +58,8 @@ def _dims(value: torch.Tensor) -> list[sympy.Expr]:
 
 
 def _kind(value: object, symbol: sympy.Symbol) -> str | None:
-    """"token", "int" (an expression of the token count), "fixed" (independent of it) or None."""
+    """The kind of a traced value: "token", "int" (an expression of the token count), "fixed"
+    (independent of it), or None (none of these)."""
     if isinstance(value, torch.SymInt):
         return "int" if value.node.expr.free_symbols <= {symbol} else None
     if not isinstance(value, torch.Tensor):

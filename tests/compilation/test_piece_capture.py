@@ -4,6 +4,7 @@ would): the capture sizes a step pads to, larger steps uncaptured, one capture p
 one static buffer per token input shared by every size, in-place writes copied back, logits equal
 to the uncaptured run, and a token-independent input that moved raising."""
 import pytest
+import sympy
 import torch
 
 from ascendkit.compilation import CaptureSpec, CompilationConfig, compile_model
@@ -11,9 +12,9 @@ from ascendkit.compilation.piece_capture import CapturedPiece
 from ascendkit.compilation.piece_signature import PieceSignature
 from ascendkit.model import load_model
 from compilation import tiny
-from compilation.tiny import run_steps
 
 SIZES = (1, 2, 4)
+TOKENS = sympy.Symbol("s0", positive=True, integer=True)
 
 
 class FakeGraph:
@@ -32,9 +33,9 @@ class FakeGraph:
 @pytest.fixture(scope="module")
 def captured(tmp_path_factory):
     model = load_model(tiny.save(tmp_path_factory.mktemp("tiny"))).model
-    eager = run_steps(model)
+    eager = tiny.run_steps(model)
     compiled = compile_model(model, CompilationConfig(level=3, use_inductor=False), CaptureSpec(FakeGraph, SIZES))
-    return eager, compiled, run_steps(model, compiled)
+    return eager, compiled, tiny.run_steps(model, compiled)
 
 
 def test_captured_pieces_match_eager(captured):
@@ -69,32 +70,26 @@ def test_bucket_choice_and_copy_back():
         x.add_(1)
         return (x * 2,)
 
-    signature = PieceSignature(token=[0], ints={1: _symbol()}, fixed=[], written=[0], sliced=[True], symbol=_symbol())
+    signature = PieceSignature(token=[0], ints={1: TOKENS}, fixed=[], written=[0], sliced=[True], symbol=TOKENS)
     piece = CapturedPiece("piece", fn, signature, CaptureSpec(FakeGraph, (2, 8)))
+    buffer = None
     for rows in (3, 5, 2, 9, 1):
         x = torch.arange(rows, dtype=torch.float32)
         calls.clear()
-        (out,) = piece(x.clone() if rows == 9 else x, rows)
-        expected = (torch.arange(rows, dtype=torch.float32) + 1) * 2
-        torch.testing.assert_close(out, expected, rtol=0, atol=0)
-        if rows != 9:
-            torch.testing.assert_close(x, torch.arange(rows, dtype=torch.float32) + 1, rtol=0, atol=0)
-        size = 9 if rows == 9 else 8 if rows > 2 else 2
-        assert {c for c in calls} == {(size, size)}, (rows, calls)  # padded rows, the int re-evaluated
+        (out,) = piece(x, rows)
+        torch.testing.assert_close(x, torch.arange(rows, dtype=torch.float32) + 1, rtol=0, atol=0)
+        torch.testing.assert_close(out, x * 2, rtol=0, atol=0)
+        size = 9 if rows == 9 else 8 if rows > 2 else 2  # 9: past the largest size, uncaptured
+        assert set(calls) == {(size, size)}, (rows, calls)  # padded rows, the int re-evaluated
+        buffer = buffer if buffer is not None else piece.buffers[0]
+        assert piece.buffers[0] is buffer and buffer.shape == (8,)  # one buffer for every size
     assert sorted(piece.graphs) == [2, 8]
-    assert piece.buffers[0].shape == (8,)
 
 
 def test_moved_fixed_input_raises():
-    signature = PieceSignature(token=[0], ints={}, fixed=[1], written=[], sliced=[True], symbol=_symbol())
+    signature = PieceSignature(token=[0], ints={}, fixed=[1], written=[], sliced=[True], symbol=TOKENS)
     piece = CapturedPiece("submod_0", lambda x, w: (x * w,), signature, CaptureSpec(FakeGraph, (4,)))
     weight = torch.ones(())
     piece(torch.ones(3), weight)
     with pytest.raises(RuntimeError, match="^submod_0: token-independent input"):
         piece(torch.ones(3), torch.ones(()))
-
-
-def _symbol():
-    import sympy
-
-    return sympy.Symbol("s0", positive=True, integer=True)

@@ -1,18 +1,19 @@
 """Level 3 (piecewise) on the tiny Llama: one Dynamo compile, the graph cut into one more piece than
 there are attention calls, no splitting op inside a piece, each splitting op (with the KV write
 that fills its cache) run eagerly between two pieces, and logits equal to eager. Slow: the
-embedded SmolLM2 at level 3 with Inductor gives level 0's greedy tokens."""
+embedded SmolLM2 at level 3 with Inductor gives level 0's greedy tokens, its identical decoder-layer
+pieces compiled once and read back from the FX graph cache."""
 import copy
 
 import pytest
 import torch
+from torch._dynamo.utils import counters
 
 from ascendkit.compilation import CompilationConfig, compile_model
 from ascendkit.compilation.passes.graph import ascend_op
 from ascendkit.model import load_model
 from ascendkit.runtime import LLM, SamplingParams
 from compilation import tiny
-from compilation.tiny import run_steps
 
 ATTENTION = "unified_attention"
 
@@ -28,9 +29,9 @@ def ops_of(module) -> list[str]:
 
 def test_level_3_splits_at_attention_and_matches_eager(model):
     model = copy.deepcopy(model)
-    eager = run_steps(model)
+    eager = tiny.run_steps(model)
     compiled = compile_model(model, CompilationConfig(level=3, use_inductor=False))
-    got = run_steps(model, compiled)
+    got = tiny.run_steps(model, compiled)
     backend = compiled.backend
     assert backend.num_compiles == 1
     split = backend.splits[0]
@@ -51,10 +52,10 @@ def test_level_3_splits_at_attention_and_matches_eager(model):
 def test_splitting_ops_config_decides_the_cut(model):
     """Splitting at an op the model does not call leaves one piece: the whole graph."""
     model = copy.deepcopy(model)
-    eager = run_steps(model)
+    eager = tiny.run_steps(model)
     config = CompilationConfig(level=3, use_inductor=False, splitting_ops=["ascend::mla_attention"])
     compiled = compile_model(model, config)
-    got = run_steps(model, compiled)
+    got = tiny.run_steps(model, compiled)
     split = compiled.backend.splits[0]
     assert len(split.pieces) == 1 and not split.splitting
     assert ops_of(split.submodule(split.pieces[0])).count(ATTENTION) == 2
@@ -68,10 +69,15 @@ def test_smollm2_level_3_greedy_tokens_equal_level_0(tmp_path):
     params = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
     tokens = {}
     for level in (0, 3):
+        hits = counters["inductor"]["fxgraph_cache_hit"]
         llm = LLM("default", max_model_len=256, max_num_seqs=4,
                   compilation_config={"level": level, "cache_dir": str(tmp_path)})
         tokens[level] = [o.outputs[0].token_ids for o in llm.generate(prompts, params, use_tqdm=False)]
         if level:
+            print(llm.engine.model.describe())
+            layers = llm.model_config.num_hidden_layers
             assert llm.engine.model.backend.num_compiles == 1
-            assert len(llm.engine.model.backend.splits[0].pieces) == llm.model_config.num_hidden_layers + 1
+            assert len(llm.engine.model.backend.splits[0].pieces) == layers + 1
+            # an empty cache_dir: the middle layers' pieces are one graph, compiled once and then read back
+            assert counters["inductor"]["fxgraph_cache_hit"] - hits >= layers - 3
     assert tokens[3] == tokens[0]
