@@ -46,7 +46,8 @@ def default_capture_sizes(max_num_seqs: int) -> list[int]:
 @dataclass
 class CompilationConfig:
     """level: 0-3 (CompilationLevel). splitting_ops: "ascend::<op>" names, each a registered op.
-    cache_dir: Inductor's on-disk caches (FX graph, AOTAutograd; default_cache_dir()).
+    cache_dir: Inductor's on-disk caches (default_cache_dir()); the FX graph cache is what hits
+    (AOTAutograd's cache bypasses graphs holding the CPU references, Python functions it cannot hash).
     use_inductor: False runs the Dynamo graph after the fusion passes without Inductor (fast to
     build; used by tests). enable_fusion: run the FX fusion passes (norm/activation + int8 quant).
     capture_sizes: level 3 on NPU/CUDA, the token counts each piece is captured at (vLLM's

@@ -73,7 +73,6 @@ class CaptureSpec:
     sizes: tuple[int, ...]
 
 
-
 def piece_capture(config: CompilationConfig, device_type: str, max_num_seqs: int) -> CaptureSpec | None:
     """Level 3 on a device with graphs (NPU/CUDA): its pieces captured at
     config.capture_sizes_for(max_num_seqs); else None (nothing captured)."""
@@ -125,8 +124,8 @@ class CapturedPiece:
         if self.fixed_addresses is None:
             self.fixed_addresses = addresses
         elif addresses != self.fixed_addresses:
-            moved = [i for i, (a, b) in enumerate(zip(addresses, self.fixed_addresses)) if a != b]
-            raise RuntimeError(f"{self.name}: token-independent input(s) {moved} changed since capture; "
+            moved = [i for i, a, b in zip(self.signature.fixed, addresses, self.fixed_addresses) if a != b]
+            raise RuntimeError(f"{self.name}: token-independent input(s) at {moved} changed since capture; "
                                f"the captured graphs would read the old memory")
 
     def _capture(self, size: int, args: tuple) -> None:
