@@ -42,8 +42,9 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     e2e.add_argument("--temperature", type=float, default=0.0,
                      help="0 (default): greedy; > 0: ours and HF sample, and ours also runs greedy beside")
     e2e.add_argument("--top-p", type=float, default=1.0, help="with --temperature: nucleus for ours and HF")
-    e2e.add_argument("--compilation-level", type=int, choices=(0, 1, 2), default=0,
-                     help="ours: 0 eager, 1 torch.compile as is, 2 Dynamo once (compiles in the warm-up run)")
+    e2e.add_argument("--compilation-level", type=int, choices=(0, 1, 2, 3), default=0,
+                     help="ours: 0 eager, 1 torch.compile as is, 2 Dynamo once, 3 piecewise (2 and 3 compile in "
+                     "the warm-up run; compiles and seconds go to the table and JSON)")
     e2e.add_argument("--tensor-parallel-size", type=int, default=1,
                      help="ours on N spawned ranks; reports the bytes all-reduced / all-gathered per decode step")
     e2e.set_defaults(func=_route("e2e"))

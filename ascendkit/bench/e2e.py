@@ -7,9 +7,10 @@ Decoding is greedy unless a temperature is given; then ours and HF sample with t
 temperature and top-p, and ours also runs greedy in the same process (row "ascendkit greedy"),
 so sampled over greedy is read off one run.
 
-With a compilation level, ours compiles its forward; a level-2 compile happens in the untimed
-warm-up, while level 1 recompiles as shapes change, inside the timed run. The compile count and the
-seconds spent in the backend are reported beside the table.
+With a compilation level, ours compiles its forward; a level-2 or level-3 compile happens in the
+untimed warm-up, while level 1 recompiles as shapes change, inside the timed run (as do level 3's
+per-size piece captures on NPU/CUDA, each on the first step of its size). The compile count and the
+seconds spent in the backend are reported beside the table and in the JSON (`compilation`).
 
 With a tensor-parallel size N > 1, ours runs on N spawned ranks, and the bytes rank 0's
 collectives move are reported: per decode step of the whole batch (the difference between two

@@ -42,7 +42,7 @@ class LLM:
     bucketed GraphRunner on NPU/CUDA (captured graphs; CPU runs every step eagerly, unpadded),
     "off" runs every step eagerly. quantization: None or "w8a8". seed: for unseeded sampling.
     compilation_config: a CompilationConfig, a dict of its fields, or an int level (0 none, 1
-    Dynamo as is, 2 Dynamo once; see ascendkit/compilation/config.py); None = level 0.
+    Dynamo as is, 2 Dynamo once, 3 piecewise; see ascendkit/compilation/config.py); None = level 0.
 
     tensor_parallel_size: N ranks, each holding 1/N of the model (Megatron-style; the model must
     support it). 1 (default) runs in this process. N > 1: when this process is already a rank of

@@ -4,6 +4,7 @@ exit status (the gate itself runs in tests/lowering/test_gate.py)."""
 from __future__ import annotations
 
 import re
+from types import SimpleNamespace
 
 import pytest
 
@@ -54,8 +55,27 @@ def test_demo_runs_chat_prompts(stub_llm, monkeypatch, capsys):
 
     monkeypatch.setattr(runtime_cli, "DEMO_PROMPTS", ["Hi", "Bye"])
     assert cli.main(["demo", "--max-tokens", "4"]) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert "### Hi" in out and "### Bye" in out and "2 requests" in out
+    assert err.startswith("compilation level 0 (eager)") and stub_llm["compilation_config"] == 0
+
+
+@pytest.mark.parametrize("level", [1, 3])
+def test_generate_prints_the_compile_line_to_stderr(monkeypatch, capsys, level):
+    """Routing only: the stub model has no weights to compile, so it runs eagerly and the engine's
+    model answers describe() as a CompiledModel would (tests/compilation checks the line itself)."""
+    real, line = llm_module.LLM, f"compilation level {level}: 1 compile(s), 0.0 s"
+
+    def fake(model, **kw):
+        assert kw.pop("compilation_config") == level
+        llm = real(stub_loaded(), block_size=4, num_kv_blocks=128, **dict(kw, max_model_len=256))
+        llm.engine.model = SimpleNamespace(describe=lambda: line)
+        return llm
+
+    monkeypatch.setattr(llm_module, "LLM", fake)
+    assert cli.main(["generate", "--prompt", "abc", "--max-tokens", "3", "--compilation-level", str(level)]) == 0
+    out, err = capsys.readouterr()
+    assert "tokens/s" in out and line not in out and err == line + "\n"
 
 
 @pytest.mark.slow
