@@ -6,7 +6,9 @@ into [B, S, KVH, D] (from the paged cache through the block table, or from the d
 tensors through cu_seqlens_k), in fp32. Scores cost B·H·Q·S floats, so a mixed batch is split
 into two padded groups, decode sequences (q_len 1) and the rest (prefill chunks), instead of
 padding every decode row to the longest prefill chunk: at most two vectorised passes per call.
-These run on CPU only (devices launch the kernels), so reading lengths to the host is cheap.
+A decode batch (one query per sequence) skips the padded core: it gathers through the step's
+DecodePlan (_decode_plan.py), built once and reused by every layer, and attends with one bmm per
+KV head. These run on CPU only (devices launch the kernels), so reading lengths to the host is cheap.
 
 Visibility of key j (0-based position in the sequence) to the query at absolute position p:
 j < kv_len and its block id in [0, num_blocks) (paged: an id outside hides the key, as in the
