@@ -6,7 +6,7 @@ import torch
 
 import ascendkit.ops as ak
 from ascendkit.ops._registry import unchecked
-from ascendkit.ops.reference._decode_plan import decode_plan
+from ascendkit.ops.reference._decode_plan import MIN_SAVED_ROWS, decode_plan, split_by_length
 from opchecks import compiles, op_contract_tests, raises_naming
 from ops._attention import corrupt_table, make_paged_batch, paged_formula
 
@@ -112,8 +112,29 @@ def test_step_plan_is_shared_by_equal_inputs():
     _, kc, _, table, _, seqused = make_paged_batch([1] * 3, [9, 30, 1], 4, 2, 16, 16)
     plan = decode_plan(table, seqused, kc.shape[0], kc.shape[1])
     assert decode_plan(table.clone(), seqused.clone(), kc.shape[0], kc.shape[1]) is plan
-    first = plan.gather(kc, "key")
-    assert plan.gather(kc, "key").data_ptr() == first.data_ptr()
+    first = plan.groups[0].gather(kc, "key")
+    assert plan.groups[0].gather(kc, "key").data_ptr() == first.data_ptr()
     seqused[0] += 1
     assert decode_plan(table, seqused, kc.shape[0], kc.shape[1]) is not plan
     assert decode_plan(table.long(), seqused, kc.shape[0], kc.shape[1]) is not plan
+
+
+def test_split_by_length():
+    """Similar lengths stay one group in batch order; a few long sequences among short ones are
+    attended apart, so the short ones are not padded to the longest."""
+    assert split_by_length([100, 90, 117, 95]) == [[0, 1, 2, 3]]
+    assert split_by_length([5, 300, 7, 2, 280]) == [[3, 0, 2], [4, 1]]
+    long = MIN_SAVED_ROWS // 3  # three sequences of this length beside short ones save too few rows
+    assert split_by_length([long, 1, 1, 1]) == [[0, 1, 2, 3]]
+
+
+@pytest.mark.parametrize("softcap,window", [(0.0, 0), (30.0, 7)])
+def test_grouped_lengths_match_independent(softcap, window):
+    """Lengths from 0 to 300: the plan attends them in several groups (scattered back to their rows)."""
+    kv_lens = [3, 300, 0, 17, 260, 1, 90, 5, 288]
+    query, kc, vc, table, _, seqused = make_paged_batch([1] * 9, kv_lens, 4, 1, 32, 16)
+    assert len(decode_plan(table, seqused, kc.shape[0], kc.shape[1]).groups) > 1
+    got = ak.paged_attention(query, kc, vc, table, seqused, 0.15, softcap, window)
+    expect = paged_formula(query, kc, vc, table, [1] * 9, kv_lens, 0.15, softcap, window)
+    torch.testing.assert_close(got.double(), expect, rtol=1e-5, atol=1e-5)
+    assert (got[2] == 0).all()

@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ascendkit.ops.reference._decode_plan import decode_plan
+from ascendkit.ops.reference._decode_plan import DecodeGroup, decode_plan
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_len: torch.Tensor, kv_len: torch.Tensor,
@@ -98,24 +98,34 @@ def decode(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, valu
         out.copy_(attend(query[:, None], k, v, torch.ones_like(kv_len), kv_len, scale, softcap, window, True,
                          block_ok)[:, 0])
         return
+    for group in plan.groups:
+        if group.rows is None:
+            out.copy_(_attend_group(query, group, key_cache, value_cache, scale, softcap, window))
+        else:
+            o = _attend_group(query.index_select(0, group.rows), group, key_cache, value_cache, scale, softcap, window)
+            out.index_copy_(0, group.rows, o.to(out.dtype))
+
+
+def _attend_group(query: torch.Tensor, group: DecodeGroup, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                  scale: float, softcap: float, window: int) -> torch.Tensor:
+    """query [G, H, D] of the group's sequences (one token each) -> [G, H, D] fp32."""
     batch, heads, dim = query.shape
     kv_heads = key_cache.shape[2]
-    group = heads // kv_heads
-    k, v = plan.gather(key_cache, "key").float(), plan.gather(value_cache, "value").float()
-    q = query.float().unflatten(1, (kv_heads, group))
-    # One bmm per KV head against its strided [B, S, D] slice of the gathered rows: GQA without
+    k, v = group.gather(key_cache, "key").float(), group.gather(value_cache, "value").float()
+    q = query.float().unflatten(1, (kv_heads, heads // kv_heads))
+    # One bmm per KV head against its strided [G, S, D] slice of the gathered rows: GQA without
     # expanding K/V to every query head, and no copy of K/V into a head-major layout.
-    scores = torch.empty(kv_heads, batch, group, plan.num_k)
+    scores = torch.empty(kv_heads, batch, q.shape[2], group.num_k)
     for h in range(kv_heads):
         torch.bmm(q[:, h], k[:, :, h].transpose(1, 2), out=scores[h])
     scores.mul_(scale)
     if softcap > 0:
         scores = scores.div_(softcap).tanh_().mul_(softcap)
-    probs = torch.softmax(scores.add_(plan.bias(window)), dim=-1)
-    o = torch.empty(kv_heads, batch, group, dim)
+    probs = torch.softmax(scores.add_(group.bias(window)), dim=-1)
+    o = torch.empty(kv_heads, batch, q.shape[2], dim)
     for h in range(kv_heads):
         torch.bmm(probs[h], v[:, :, h], out=o[h])
-    out.unflatten(1, (kv_heads, group)).copy_(o.permute(1, 0, 2, 3).nan_to_num_(0.0))  # no visible key -> 0
+    return o.permute(1, 0, 2, 3).flatten(1, 2).nan_to_num_(0.0)  # no visible key -> 0
 
 
 def run_groups(out: torch.Tensor, query: torch.Tensor, q_start: torch.Tensor, q_len: torch.Tensor,
