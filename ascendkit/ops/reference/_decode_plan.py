@@ -8,7 +8,9 @@ The memo is keyed on the contents of block_table and seq_lens (compared with tor
 private copies, a few µs), not on tensor identity or version counters: the runtime's tensors are
 inference tensors, which have no version counter, and a table mutated in place or a new tensor with
 equal values must be told apart from, or matched with, the one the plan was built for. One plan per
-thread (the last one built), so concurrent callers never share gather buffers.
+thread (the last one built), so concurrent callers never share gather buffers; its buffers (one
+step's gathered K and V, the size of the copies the layers made before) stay allocated until the
+thread's next decode call builds another plan.
 
 Sequences are padded to the longest key count of their group, not of the batch: when lengths vary
 a lot, the sorted lengths are split where that saves at least MIN_SAVED_ROWS padded key rows and a
