@@ -5,8 +5,10 @@ import pytest
 import torch
 
 import ascendkit.ops as ak
+from ascendkit.ops._registry import unchecked
+from ascendkit.ops.reference._decode_plan import MIN_SAVED_ROWS, decode_plan, split_by_length
 from opchecks import compiles, op_contract_tests, raises_naming
-from ops._attention import make_paged_batch, paged_formula
+from ops._attention import corrupt_table, make_paged_batch, paged_formula
 
 OPS = torch.ops.ascend
 
@@ -68,3 +70,71 @@ def test_check_indices_switch(path, monkeypatch):
     OPS.paged_attention(out, query, kc, vc, padded, seqused, scale, cap, win)
     monkeypatch.setenv("ASCENDKIT_CHECK_INDICES", "0")  # off: the bad block's keys are hidden, no error
     OPS.paged_attention(out, query, kc, vc, wrong, seqused, scale, cap, win)
+
+
+@pytest.mark.parametrize("softcap,window", [(0.0, 0), (20.0, 5), (0.0, 3)])
+def test_step_plan_follows_in_place_changes(softcap, window):
+    """The CPU path memoises its gather index per step (ops/reference/_decode_plan.py). Mutating the
+    table or the lengths in place between calls, as a runtime reusing its buffers would, must give
+    the new inputs' result: a stale index reads the old blocks or masks the old lengths."""
+    kv_lens = [5, 40, 17, 0, 33]
+    query, kc, vc, table, _, seqused = make_paged_batch([1] * 5, kv_lens, 6, 2, 24, 16)
+    num_blocks = kc.shape[0]
+
+    def check():
+        lens = seqused.tolist()
+        got = ak.paged_attention(query, kc, vc, table, seqused, 0.2, softcap, window)
+        expect = paged_formula(query, kc, vc, table, [1] * 5, lens, 0.2, softcap, window)
+        torch.testing.assert_close(got.double(), expect, rtol=1e-5, atol=1e-5)
+        assert (got[[b for b, n in enumerate(lens) if n == 0]] == 0).all()
+
+    check()
+    table[1, :2] = table[1, [1, 0]]  # same length, its two full blocks read in the other order
+    check()
+    seqused[1] -= 3  # same table, shorter: keys 37..39 (real data) now hidden
+    seqused[2] -= 16  # one key left
+    check()
+    table[[0, 4]] = table[[4, 0]].clone()  # sequences trade blocks and lengths
+    seqused[[0, 4]] = seqused[[4, 0]].clone()
+    check()
+    bad = corrupt_table(table, seqused.tolist(), 16, num_blocks)
+    table.copy_(bad)  # read ids out of range: those keys hidden, never a plan built for valid ids
+    lens = seqused.tolist()
+    got = torch.empty_like(query)
+    unchecked("paged_attention")(got, query, kc, vc, table, seqused, 0.2, softcap, window)  # no index check
+    expect = paged_formula(query, kc, vc, table, [1] * 5, lens, 0.2, softcap, window)
+    torch.testing.assert_close(got.double(), expect, rtol=1e-5, atol=1e-5)
+
+
+def test_step_plan_is_shared_by_equal_inputs():
+    """Layers of one step pass equal (often the same) tensors: one plan serves them all, and its
+    gather buffers are reused; new contents build a new plan."""
+    _, kc, _, table, _, seqused = make_paged_batch([1] * 3, [9, 30, 1], 4, 2, 16, 16)
+    plan = decode_plan(table, seqused, kc.shape[0], kc.shape[1])
+    assert decode_plan(table.clone(), seqused.clone(), kc.shape[0], kc.shape[1]) is plan
+    first = plan.groups[0].gather(kc, "key")
+    assert plan.groups[0].gather(kc, "key").data_ptr() == first.data_ptr()
+    seqused[0] += 1
+    assert decode_plan(table, seqused, kc.shape[0], kc.shape[1]) is not plan
+    assert decode_plan(table.long(), seqused, kc.shape[0], kc.shape[1]) is not plan
+
+
+def test_split_by_length():
+    """Similar lengths stay one group in batch order; a few long sequences among short ones are
+    attended apart, so the short ones are not padded to the longest."""
+    assert split_by_length([100, 90, 117, 95]) == [[0, 1, 2, 3]]
+    assert split_by_length([5, 300, 7, 2, 280]) == [[3, 0, 2], [4, 1]]
+    long = MIN_SAVED_ROWS // 3  # three sequences of this length beside short ones save too few rows
+    assert split_by_length([long, 1, 1, 1]) == [[0, 1, 2, 3]]
+
+
+@pytest.mark.parametrize("softcap,window", [(0.0, 0), (30.0, 7)])
+def test_grouped_lengths_match_independent(softcap, window):
+    """Lengths from 0 to 300: the plan attends them in several groups (scattered back to their rows)."""
+    kv_lens = [3, 300, 0, 17, 260, 1, 90, 5, 288]
+    query, kc, vc, table, _, seqused = make_paged_batch([1] * 9, kv_lens, 4, 1, 32, 16)
+    assert len(decode_plan(table, seqused, kc.shape[0], kc.shape[1]).groups) > 1
+    got = ak.paged_attention(query, kc, vc, table, seqused, 0.15, softcap, window)
+    expect = paged_formula(query, kc, vc, table, [1] * 9, kv_lens, 0.15, softcap, window)
+    torch.testing.assert_close(got.double(), expect, rtol=1e-5, atol=1e-5)
+    assert (got[2] == 0).all()

@@ -6,7 +6,9 @@ into [B, S, KVH, D] (from the paged cache through the block table, or from the d
 tensors through cu_seqlens_k), in fp32. Scores cost B·H·Q·S floats, so a mixed batch is split
 into two padded groups, decode sequences (q_len 1) and the rest (prefill chunks), instead of
 padding every decode row to the longest prefill chunk: at most two vectorised passes per call.
-These run on CPU only (devices launch the kernels), so reading lengths to the host is cheap.
+A decode batch (one query per sequence) skips the padded core: it gathers through the step's
+DecodePlan (_decode_plan.py), built once and reused by every layer, and attends with one bmm per
+KV head. These run on CPU only (devices launch the kernels), so reading lengths to the host is cheap.
 
 Visibility of key j (0-based position in the sequence) to the query at absolute position p:
 j < kv_len and its block id in [0, num_blocks) (paged: an id outside hides the key, as in the
@@ -18,6 +20,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
+from ascendkit.ops.reference._decode_plan import DecodeGroup, decode_plan
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_len: torch.Tensor, kv_len: torch.Tensor,
@@ -80,38 +84,48 @@ def gather_paged(cache: torch.Tensor, ids: torch.Tensor, num_k: int) -> torch.Te
 
 
 def decode(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-            block_table: torch.Tensor, kv_len: torch.Tensor, scale: float, softcap: float, window: int) -> None:
-    """Every sequence has exactly one new token, query row b = sequence b (the decode step): one
-    gather and one attention pass written straight into out, skipping the grouping of
-    run_groups (~1 ms of small ops per call, paid by every layer of every decode step)."""
-    shortest, longest = (int(n) for n in torch.aminmax(kv_len))
-    num_k = max(longest, 1)
-    ids, block_ok = block_ids(block_table, key_cache.shape[0], key_cache.shape[1], num_k, kv_len)
-    k, v = gather_paged(key_cache, ids, num_k), gather_paged(value_cache, ids, num_k)
-    if softcap > 0:
+           block_table: torch.Tensor, seq_lens: torch.Tensor, scale: float, softcap: float, window: int) -> None:
+    """Every sequence has exactly one new token, query row b = sequence b (the decode step): query
+    [B, H, D], seq_lens [B] (any int dtype), out [B, H, D]. The gather index is the step's
+    DecodePlan, shared by every layer (_decode_plan.py); a batch whose read block ids are not all
+    in range takes the general masked path."""
+    plan = decode_plan(block_table, seq_lens, key_cache.shape[0], key_cache.shape[1])
+    if plan is None:
+        kv_len = seq_lens.long()
+        num_k = max(int(kv_len.max()), 1)
+        ids, block_ok = block_ids(block_table, key_cache.shape[0], key_cache.shape[1], num_k, kv_len)
+        k, v = gather_paged(key_cache, ids, num_k), gather_paged(value_cache, ids, num_k)
         out.copy_(attend(query[:, None], k, v, torch.ones_like(kv_len), kv_len, scale, softcap, window, True,
                          block_ok)[:, 0])
         return
-    if shortest == num_k and not 0 < window < num_k and block_ok is None:
-        # Every gathered row is a real key that every query sees (batch 1, or equal lengths): no
-        # stale rows to zero and nothing to mask; adding an all-zero mask would change no bit.
-        o = F.scaled_dot_product_attention(query.float()[:, :, None], k.transpose(1, 2), v.transpose(1, 2),
-                                           scale=scale, enable_gqa=True)
-        out.copy_(o[:, :, 0])
-        return
-    # The query sits at position kv_len - 1: causality is implied by j < kv_len (same mask as attend).
-    key_pos = torch.arange(num_k, device=query.device)
-    beyond = key_pos >= kv_len[:, None]  # [B, S]
-    if block_ok is not None:
-        beyond |= ~block_ok
-    k = k.float().masked_fill_(beyond[..., None, None], 0.0)  # unused slots may hold NaN (see attend)
-    v = v.float().masked_fill_(beyond[..., None, None], 0.0)
-    visible = ~beyond
-    if window > 0:
-        visible &= key_pos > (kv_len - window)[:, None] - 1
-    o = F.scaled_dot_product_attention(query.float()[:, :, None], k.transpose(1, 2), v.transpose(1, 2),
-                                       attn_mask=visible[:, None, None], scale=scale, enable_gqa=True)
-    out.copy_(o[:, :, 0].nan_to_num_(0.0))  # rows with no visible key -> 0
+    for group in plan.groups:
+        if group.rows is None:
+            out.copy_(_attend_group(query, group, key_cache, value_cache, scale, softcap, window))
+        else:
+            o = _attend_group(query.index_select(0, group.rows), group, key_cache, value_cache, scale, softcap, window)
+            out.index_copy_(0, group.rows, o.to(out.dtype))
+
+
+def _attend_group(query: torch.Tensor, group: DecodeGroup, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                  scale: float, softcap: float, window: int) -> torch.Tensor:
+    """query [G, H, D] of the group's sequences (one token each) -> [G, H, D] fp32."""
+    batch, heads, dim = query.shape
+    kv_heads = key_cache.shape[2]
+    k, v = group.gather(key_cache, "key").float(), group.gather(value_cache, "value").float()
+    q = query.float().unflatten(1, (kv_heads, heads // kv_heads))
+    # One bmm per KV head against its strided [G, S, D] slice of the gathered rows: GQA without
+    # expanding K/V to every query head, and no copy of K/V into a head-major layout.
+    scores = torch.empty(kv_heads, batch, q.shape[2], group.num_k)
+    for h in range(kv_heads):
+        torch.bmm(q[:, h], k[:, :, h].transpose(1, 2), out=scores[h])
+    scores.mul_(scale)
+    if softcap > 0:
+        scores = scores.div_(softcap).tanh_().mul_(softcap)
+    probs = torch.softmax(scores.add_(group.bias(window)), dim=-1)
+    o = torch.empty(kv_heads, batch, q.shape[2], dim)
+    for h in range(kv_heads):
+        torch.bmm(probs[h], v[:, :, h], out=o[h])
+    return o.permute(1, 0, 2, 3).flatten(1, 2).nan_to_num_(0.0)  # no visible key -> 0
 
 
 def run_groups(out: torch.Tensor, query: torch.Tensor, q_start: torch.Tensor, q_len: torch.Tensor,
