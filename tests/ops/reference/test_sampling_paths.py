@@ -101,3 +101,22 @@ def test_radix_fallback_follows_the_filtered_distribution(setting, monkeypatch, 
     monkeypatch.setattr(_sampling_filter, "CANDIDATES", 2)  # thresholds past 2 tokens: the fallback
     check_distribution(setting, 20000)
     assert radix_rows
+
+
+@pytest.mark.parametrize("vocab", [4096, 4000])  # the grouped scan of seen tokens, and the whole-row scan
+def test_penalties_on_seen_tokens_match_the_dense_formula(vocab):
+    gen = torch.Generator().manual_seed(vocab)
+    slots, rows = 6, torch.tensor([4, -1, 0, 2, 5], dtype=I32)
+    counts = torch.randint(0, 3, (slots, vocab), dtype=I32, generator=gen) * (torch.rand(slots, vocab, generator=gen) < 0.01)
+    prompt = (torch.rand(slots, vocab, generator=gen) < 0.01).to(torch.int8)
+    counts[5, vocab - 1], prompt[2, 0] = 4, 1  # the last token of the last group, the first of the first
+    logits = torch.randn(5, vocab, generator=gen) * 3
+    rep, freq, pres = torch.tensor([1.3, 2.0, 0.7, 1.1, 1.6]), torch.tensor([0.5, 1.0, -0.3, 0.2, 0.0]), \
+        torch.tensor([0.2, 1.0, 0.0, 1.5, -0.4])
+    got = ak.apply_penalties(logits.clone(), counts, prompt, rows, rep, freq, pres)
+    slot = rows.clamp(min=0).long()
+    count = counts[slot].float()
+    seen = ((count > 0) | (prompt[slot] > 0)) & (rows >= 0)[:, None]
+    x = torch.where(logits > 0, logits / rep[:, None], logits * rep[:, None])
+    x = x - freq[:, None] * count - pres[:, None] * (count > 0).float()
+    torch.testing.assert_close(got, torch.where(seen, x, logits), rtol=1e-6, atol=1e-6)
