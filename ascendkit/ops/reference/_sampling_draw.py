@@ -1,15 +1,16 @@
 """The draw of the sampling reference (sample_tokens' CPU path): greedy argmax and the seeded
-inverse-CDF draw, both from a row's CHUNK-wide chunk maxima (one vectorised pass; torch's argmax
+inverse-CDF draw, both on a row's CHUNK-wide chunks (one vectorised max per chunk; torch's argmax
 and topk are scalar loops, ~10x slower over a row).
 
-A draw takes one uniform u per row, hashed from (seed, step), and picks the first token whose
-prefix sum of e = exp(y - max y) (below 2^-125: 0), in vocabulary order, exceeds u * sum(e). torch's CPU cumsum is
-one sequential pass with a float64 accumulator, so tokens with e = 0 (filtered, -inf) leave every
-prefix sum as it was: the prefix sums over only the chunks holding a finite logit are, bit for
-bit, the full row's at those tokens. A row with at most LIVE such chunks (process_logits leaves a
-narrow nucleus in a few chunks) draws from them alone; a wider row scans the whole row. Both
-give the same token for the same seed. Everything is row-local, so a seeded row draws the same
-token whatever the batch.
+A draw takes one uniform u per row, hashed from (seed, step), and locates u * total in the
+row's e = exp(y - max y) (0 below 2^-125) laid out in vocabulary order: the chunk sums' prefix
+sums (torch's CPU cumsum: one sequential pass, float64 accumulator) pick the chunk, that chunk's
+own prefix sums the token. A chunk without a finite logit sums to exactly 0 and leaves every
+prefix sum after it as it was, so the chunks holding a finite logit, packed end to end, give bit
+for bit the whole row's prefix sums at those chunks. A row with at most LIVE such chunks
+(process_logits leaves a narrow nucleus in a few chunks) draws from them alone, a wider row from
+all of its chunks; both give the same token for the same seed. Everything is row-local, so a
+seeded row draws the same token whatever the batch.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import torch.nn.functional as F
 CHUNK = 64
 LIVE = 128  # a row with at most this many chunks holding a finite logit draws from those alone
 EXP_FLOOR, FLUSH = -87.0, 2.0**-125  # exp(-87) ~ 1.6e-38 < FLUSH ~ 2.4e-38: normal fp32, flushed
+NEAR = -86.0  # exp(-86) ~ 4.4e-38 > FLUSH: a row within NEAR of its max needs no clamp nor flush
 _MASK32 = 0xFFFFFFFF
 _MIX1, _MIX2, _STEP_SALT = 0x85EBCA6B, 0xC2B2AE35, 0x2545F491
 
@@ -60,18 +62,38 @@ def argmax(chunks: torch.Tensor, maxima: torch.Tensor) -> torch.Tensor:
     return chunk * CHUNK + within
 
 
-def _locate(y: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """Per row of y [n, w] (fp32, finite or -inf), the first position whose prefix sum of
-    e = exp(y - max y) exceeds u [n] (fp64) times the total. The target stays below the total
-    whatever the rounding, so the pick has e > 0."""
-    # exp of -inf (the filtered tokens) or of results below fp32's normal range is ~5-50x slower
-    # than of the rest on CPU: clamp first, then flush e < FLUSH to 0 (a weight no 24-bit
-    # uniform can reach: the target is at least 2^-25 of a total >= 1).
-    e = F.threshold_((y - y.amax(-1, keepdim=True)).clamp_(min=EXP_FLOOR).exp_(), FLUSH, 0.0)
-    cum = e.cumsum(-1)
+def _exp(chunks: torch.Tensor, top: torch.Tensor) -> torch.Tensor:
+    """e = exp(chunks - top) (chunks [r, m, CHUNK], top [r, 1, 1]), 0 below FLUSH. exp of -inf (a
+    filtered token) or of a result below fp32's normal range runs ~5-50x slower than of the rest
+    on CPU, so such rows are clamped first and flushed after (FLUSH is a weight no 24-bit uniform
+    reaches: the target is at least 2^-25 of a total >= 1). When every logit lies within NEAR
+    of its row's max, neither is needed, and skipping them changes no value."""
+    d = chunks - top
+    if bool(d.amin() >= NEAR):
+        return d.exp_()
+    return F.threshold_(d.clamp_(min=EXP_FLOOR).exp_(), FLUSH, 0.0)
+
+
+def _before(cum: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """cum's inclusive prefix sums [r, w] read one place before index [r, 1] (0 at index 0):
+    the exclusive prefix sum, as the sums' own values rather than cum - x."""
+    return torch.where(index > 0, cum.gather(1, (index - 1).clamp(min=0)), 0.0)
+
+
+def _locate(chunks: torch.Tensor, top: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Per row of chunks [r, m, CHUNK] (fp32, finite or -inf; top [r] its max), the first
+    position (int64 [r], a row-major index) whose prefix sum of e exceeds u (fp64 [r]) times the
+    total. Each target stays below its total whatever the rounding: the pick has e > 0."""
+    rows = torch.arange(chunks.shape[0], device=chunks.device)
+    e = _exp(chunks, top[:, None, None])
+    sums = e.sum(-1)
+    cum = sums.cumsum(-1)
     total = cum[:, -1:]
     target = torch.minimum((u[:, None] * total.double()).float(), total.nextafter(torch.zeros_like(total)))
-    return torch.searchsorted(cum, target, right=True)[:, 0].clamp(max=y.shape[1] - 1)
+    chunk = torch.searchsorted(cum, target, right=True).clamp(max=cum.shape[1] - 1)
+    within = e[rows, chunk[:, 0]].cumsum(-1)
+    offset = torch.minimum(target - _before(cum, chunk), within[:, -1:].nextafter(torch.zeros_like(total)))
+    return chunk[:, 0] * CHUNK + torch.searchsorted(within, offset, right=True)[:, 0].clamp(max=CHUNK - 1)
 
 
 def _draw_live(chunks: torch.Tensor, live: torch.Tensor, u: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
@@ -84,7 +106,7 @@ def _draw_live(chunks: torch.Tensor, live: torch.Tensor, u: torch.Tensor, rows: 
     packed[at, slot] = chunks[rows[at], cols]
     chunk_ids = torch.zeros(rows.shape[0], width, dtype=torch.int64, device=chunks.device)
     chunk_ids[at, slot] = cols
-    pos = _locate(packed.view(rows.shape[0], -1), u)
+    pos = _locate(packed, packed.flatten(1).amax(-1), u)
     return chunk_ids.gather(1, (pos // CHUNK)[:, None])[:, 0] * CHUNK + pos % CHUNK
 
 
@@ -94,7 +116,7 @@ def draw(chunks: torch.Tensor, maxima: torch.Tensor, u: torch.Tensor) -> torch.T
     live = maxima > float("-inf")
     narrow = live.sum(-1) <= LIVE
     if not bool(narrow.any()):
-        return _locate(chunks.flatten(1), u)
+        return _locate(chunks, maxima.amax(-1), u)
     rows = narrow.nonzero()[:, 0]
     token = _draw_live(chunks, live.index_select(0, rows), u.index_select(0, rows), rows)
     if rows.numel() == chunks.shape[0]:
@@ -102,5 +124,5 @@ def draw(chunks: torch.Tensor, maxima: torch.Tensor, u: torch.Tensor) -> torch.T
     wide = (~narrow).nonzero()[:, 0]
     out = torch.empty(chunks.shape[0], dtype=torch.int64, device=chunks.device)
     out[rows] = token
-    out[wide] = _locate(chunks.index_select(0, wide).flatten(1), u.index_select(0, wide))
+    out[wide] = _locate(chunks.index_select(0, wide), maxima.index_select(0, wide).amax(-1), u.index_select(0, wide))
     return out

@@ -16,11 +16,13 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
+import torch.nn.functional as F
 
 from ascendkit.ops.reference._sampling_select import nucleus, radix_select
 
 CANDIDATES = 128
 NEG_INF = float("-inf")
+SMALLEST = 2.0**-149  # the smallest positive fp32: no float lies strictly between -SMALLEST and 0
 
 
 class _RowExp:
@@ -71,23 +73,28 @@ def _top_p_floor(cand: torch.Tensor, k_on: torch.Tensor, k_floor: torch.Tensor, 
     return torch.where(p_on, p_floor, 0.0)
 
 
+def _drop_below(y: torch.Tensor, e: torch.Tensor, floor: torch.Tensor) -> torch.Tensor:
+    """y (fp32 [r, vocab], in place) with -inf where e < floor ([r, 1]); e is consumed. A float
+    difference is 0 only between equal floats, so e - floor, clamped to <= 0, is 0 exactly where
+    e >= floor: threshold turns the rest to -inf and one add applies it. Vectorised float ops
+    throughout: a bool compare and masked_fill_ run ~5x slower on CPU."""
+    return y.add_(F.threshold_(e.sub_(floor).clamp_(max=0.0), -SMALLEST, NEG_INF))
+
+
 def _write_kept(y: torch.Tensor, cand_y: torch.Tensor, cand_ids: torch.Tensor, cand: torch.Tensor,
                 floor: torch.Tensor, e: Callable[[], torch.Tensor]) -> None:
     """-inf in y wherever e < floor: from the candidates in rows whose kept tokens are all
-    candidates, by a full-row mask in the others."""
+    candidates, by a full-row pass in the others."""
     inside = (floor > cand[:, -1:])[:, 0] | (cand.shape[1] == y.shape[1])
-    kept = torch.where(cand >= floor, cand_y, NEG_INF)
-    if bool(inside.all()):
-        y.fill_(NEG_INF).scatter_(1, cand_ids, kept)
-        return
     if not bool(inside.any()):
-        y.masked_fill_(e() < floor, NEG_INF)
+        _drop_below(y, e(), floor)
         return
-    masked, rows = (~inside).nonzero()[:, 0], inside.nonzero()[:, 0]
-    dropped = e().index_select(0, masked) < floor.index_select(0, masked)  # e before y changes
-    y.index_copy_(0, masked, y.index_select(0, masked).masked_fill_(dropped, NEG_INF))
-    y.index_fill_(0, rows, NEG_INF)
-    y[rows[:, None], cand_ids.index_select(0, rows)] = kept.index_select(0, rows)
+    masked = (~inside).nonzero()[:, 0]
+    if masked.numel():  # masked first, from y and e as they are; their rows go back after the fill
+        masked_rows = _drop_below(y.index_select(0, masked), e().index_select(0, masked), floor.index_select(0, masked))
+    y.fill_(NEG_INF).scatter_(1, cand_ids, torch.where(cand >= floor, cand_y, NEG_INF))
+    if masked.numel():
+        y.index_copy_(0, masked, masked_rows)
 
 
 def drop_filtered(y: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, min_p: torch.Tensor) -> None:

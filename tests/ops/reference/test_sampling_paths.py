@@ -25,7 +25,7 @@ def radix_rows(monkeypatch) -> list[int]:
 def located_widths(monkeypatch) -> list[int]:
     """The row width of each inverse-CDF search (the vocabulary, padded, on the whole-row path)."""
     calls, real = [], _sampling_draw._locate
-    monkeypatch.setattr(_sampling_draw, "_locate", lambda y, u: calls.append(y.shape[1]) or real(y, u))
+    monkeypatch.setattr(_sampling_draw, "_locate", lambda chunks, *args: calls.append(chunks[0].numel()) or real(chunks, *args))
     return calls
 
 
