@@ -52,7 +52,8 @@ def sample_tokens(token_ids: torch.Tensor, logits: torch.Tensor, temperatures: t
 GROUP = 64  # tokens per group of the seen-token scan
 
 
-def _seen(output_counts: torch.Tensor, prompt_mask: torch.Tensor, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _seen(output_counts: torch.Tensor, prompt_mask: torch.Tensor,
+          slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The (i, token) pairs (int64 [p] each, by i then token) with output_counts[slots[i], token]
     (int32 >= 0) or prompt_mask[slots[i], token] (int8 0/1) nonzero."""
     table, vocab = output_counts.shape

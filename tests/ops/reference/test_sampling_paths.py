@@ -25,7 +25,8 @@ def radix_rows(monkeypatch) -> list[int]:
 def located_widths(monkeypatch) -> list[int]:
     """The row width of each inverse-CDF search (the vocabulary, padded, on the whole-row path)."""
     calls, real = [], _sampling_draw._locate
-    monkeypatch.setattr(_sampling_draw, "_locate", lambda chunks, *args: calls.append(chunks[0].numel()) or real(chunks, *args))
+    monkeypatch.setattr(_sampling_draw, "_locate",
+                        lambda chunks, *args: calls.append(chunks[0].numel()) or real(chunks, *args))
     return calls
 
 
@@ -107,7 +108,8 @@ def test_radix_fallback_follows_the_filtered_distribution(setting, monkeypatch, 
 def test_penalties_on_seen_tokens_match_the_dense_formula(vocab):
     gen = torch.Generator().manual_seed(vocab)
     slots, rows = 6, torch.tensor([4, -1, 0, 2, 5], dtype=I32)
-    counts = torch.randint(0, 3, (slots, vocab), dtype=I32, generator=gen) * (torch.rand(slots, vocab, generator=gen) < 0.01)
+    counts = torch.randint(0, 3, (slots, vocab), dtype=I32, generator=gen)
+    counts *= torch.rand(slots, vocab, generator=gen) < 0.01
     prompt = (torch.rand(slots, vocab, generator=gen) < 0.01).to(torch.int8)
     counts[5, vocab - 1], prompt[2, 0] = 4, 1  # the last token of the last group, the first of the first
     logits = torch.randn(5, vocab, generator=gen) * 3
