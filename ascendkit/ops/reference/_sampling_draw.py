@@ -49,8 +49,8 @@ def uniforms(seeds: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
 def chunked(y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(chunks [n, m, CHUNK], their maxima [n, m]) of fp32 rows y [n, vocab]; a vocabulary that
     CHUNK does not divide is padded with -inf (a copy), a view otherwise."""
-    if y.shape[1] % CHUNK or not y.is_contiguous():
-        y = F.pad(y, (0, -y.shape[1] % CHUNK), value=float("-inf"))
+    pad = -y.shape[1] % CHUNK
+    y = F.pad(y, (0, pad), value=float("-inf")) if pad else y.contiguous()
     chunks = y.view(y.shape[0], -1, CHUNK)
     return chunks, chunks.amax(-1)
 
