@@ -71,6 +71,16 @@ def default_block_size(device: torch.device | str | None = None) -> int:
     return DEFAULT_BLOCK_SIZES.get(device.type, 16)
 
 
+def device_graph_type(device_type: str) -> type | None:
+    """The class that captures and replays device work on `device_type`: torch.npu.NPUGraph
+    (torch_npu) on NPU, torch.cuda.CUDAGraph on CUDA; None where nothing is captured (CPU)."""
+    if device_type == "npu":
+        return torch.npu.NPUGraph
+    if device_type == "cuda":
+        return torch.cuda.CUDAGraph
+    return None
+
+
 def report() -> list[tuple[str, str]]:
     """Device and version rows for `ascendkit info`."""
     import importlib.metadata as md

@@ -18,7 +18,8 @@ ALLOWED = {
     "distributed": set(),
     "model": {"distributed", "ops", "platform"},
     "compilation": {"model", "ops", "platform"},  # passes name ops; decomposition reads ops/reference
-    "runtime": {"compilation", "model", "ops", "platform"},  # ops: the sampler's sampling family
+    # ops: the sampler's sampling family; distributed: tensor-parallel ranks join the group, agree on the KV blocks
+    "runtime": {"compilation", "distributed", "model", "ops", "platform"},
     "bench": {"runtime", "compilation", "model", "ops", "kernels", "lowering", "platform"},
     "cli": {"bench", "runtime", "compilation", "model", "ops", "lowering", "platform"},
     "__init__": {"ops", "runtime"},

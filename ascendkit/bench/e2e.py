@@ -7,9 +7,15 @@ Decoding is greedy unless a temperature is given; then ours and HF sample with t
 temperature and top-p, and ours also runs greedy in the same process (row "ascendkit greedy"),
 so sampled over greedy is read off one run.
 
-With a compilation level, ours compiles its forward; a level-2 compile happens in the untimed
-warm-up, while level 1 recompiles as shapes change, inside the timed run. The compile count and the
-seconds spent in the backend are reported beside the table.
+With a compilation level, ours compiles its forward; a level-2 or level-3 compile happens in the
+untimed warm-up, while level 1 recompiles as shapes change, inside the timed run (as do level 3's
+per-size piece captures on NPU/CUDA, each on the first step of its size). The compile count and the
+seconds spent in the backend are reported beside the table and in the JSON (`compilation`).
+
+With a tensor-parallel size N > 1, ours runs on N spawned ranks, and the bytes rank 0's
+collectives move are reported: per decode step of the whole batch (the difference between two
+untimed calls generating 3 and 2 tokens from the same, by then prefix-cached, prompts: exactly
+one decode step apart) and per output token of the timed run (prefill included).
 """
 from __future__ import annotations
 
@@ -21,6 +27,7 @@ from pathlib import Path
 import torch
 
 from ascendkit import platform
+from ascendkit.bench.f32_gguf import write_f32_gguf
 from ascendkit.bench.peaks import current_peak
 from ascendkit.bench.kernels import DTYPES, default_dtype
 from ascendkit.bench.peers import RunResult, llamacpp_available, run_hf, run_llamacpp
@@ -106,8 +113,33 @@ def _greedy_only(result: RunResult, sampled: bool) -> RunResult:
     return result
 
 
-def compilation_record(model: torch.nn.Module | CompiledModel) -> dict:
-    """Level, compiles and backend seconds of the engine's model (a CompiledModel above level 0)."""
+def _run_llamacpp_peer(peer: str, path: Path, prompts: list[list[int]], output_len: int, out_dir: Path) -> RunResult:
+    """"llama.cpp" on the GGUF itself; "llama.cpp-f32" on its F32 copy (written once into out_dir)."""
+    if peer == "llama.cpp":
+        return run_llamacpp(path, prompts, output_len)
+    f32 = write_f32_gguf(path, out_dir / f"{path.stem}.F32.gguf")
+    return run_llamacpp(f32, prompts, output_len, engine=peer, weights="F32 GGUF dequantised from the same file")
+
+
+def collective_traffic(llm, prompts: list[list[int]], timed: dict[str, int], output_tokens: int) -> dict:
+    """Bytes rank 0's collectives moved per kind: in one decode step of all prompts, and per
+    output token of the timed run (`timed`: its GenerationStats.collective_bytes)."""
+    from ascendkit.runtime import SamplingParams
+
+    moved = []
+    for max_tokens in (2, 3):  # the same prefill (cached prompts), then 1 and 2 decode steps
+        llm.generate(prompts, SamplingParams(max_tokens=max_tokens, ignore_eos=True), use_tqdm=False)
+        moved.append(llm.last_stats.collective_bytes)
+    return {"batch": len(prompts), "per_decode_step": {k: moved[1][k] - moved[0][k] for k in moved[0]},
+            "per_output_token": {k: v / output_tokens for k, v in timed.items()}}
+
+
+def compilation_record(model: torch.nn.Module | CompiledModel | None, level: int) -> dict:
+    """Level, compiles and backend seconds of the engine's model (a CompiledModel above level 0;
+    None when the model runs in spawned tensor-parallel ranks, which do not report them)."""
+    if model is None:
+        return {"level": level, "num_compiles": None, "compile_s": None,
+                "summary": f"compilation level {level} in each tensor-parallel rank (not reported back)"}
     if not isinstance(model, CompiledModel):
         return {"level": 0, "num_compiles": 0, "compile_s": 0.0, "summary": "compilation level 0 (NO_COMPILATION): eager"}
     return {"level": int(model.config.level), "num_compiles": model.backend.num_compiles,
@@ -115,21 +147,27 @@ def compilation_record(model: torch.nn.Module | CompiledModel) -> dict:
 
 
 def run(model: str, num_prompts: int, input_len: int, output_len: int, dtype: str, compare: list[str], out_dir: Path,
-        temperature: float = 0.0, top_p: float = 1.0, compilation_level: int = 0) -> dict:
+        temperature: float = 0.0, top_p: float = 1.0, compilation_level: int = 0, tensor_parallel_size: int = 1) -> dict:
     from ascendkit.runtime import LLM
 
     path = model_path(model)
     llm = LLM(model=model, dtype=DTYPES[dtype], max_num_seqs=num_prompts,
-              max_num_batched_tokens=max(num_prompts * input_len, 512), compilation_config=compilation_level)
-    params = sum(p.numel() for p in llm.model.parameters())
+              max_num_batched_tokens=max(num_prompts * input_len, 512), compilation_config=compilation_level,
+              tensor_parallel_size=tensor_parallel_size)
+    params = llm.num_parameters
     prompts = synthetic_prompts(num_prompts, input_len, llm.model_config.vocab_size)
     sampled = temperature > 0
     ours = _greedy_only(run_ours(llm, prompts, output_len, temperature, top_p), sampled)
     num_preemptions = llm.last_stats.num_preemptions  # of the measured generate() call
+    collectives = None
+    if tensor_parallel_size > 1:
+        ours.notes.append(f"tensor parallel size {tensor_parallel_size} (spawned ranks)")
+        collectives = collective_traffic(llm, prompts, llm.last_stats.collective_bytes, ours.output_tokens)
     results = [ours]
     if sampled:
         results.append(run_ours(llm, prompts, output_len, engine="ascendkit greedy"))
-    compilation = compilation_record(llm.engine.model)
+    compilation = compilation_record(llm.engine.model if llm.engine is not None else None, compilation_level)
+    llm.shutdown()
     del llm  # free its KV cache before a peer loads its own copy of the model
     skipped = {}
     for peer in compare:
@@ -143,11 +181,12 @@ def run(model: str, num_prompts: int, input_len: int, output_len: int, dtype: st
         elif path.suffix != ".gguf":
             skipped[peer] = f"llama.cpp needs a .gguf model, got {path}"
         else:
-            results.append(run_llamacpp(path, prompts, output_len))
+            results.append(_run_llamacpp_peer(peer, path, prompts, output_len, out_dir))
     payload = {
         "benchmark": "e2e", "model": str(path), "dtype": dtype, "num_prompts": num_prompts, "input_len": input_len,
         "output_len": output_len, "temperature": temperature, "top_p": top_p, "num_preemptions": num_preemptions,
-        "compilation": compilation, "rows": [summarise(r, ours) for r in results], "skipped": skipped,
+        "compilation": compilation, "tensor_parallel_size": tensor_parallel_size, "collectives": collectives,
+        "rows": [summarise(r, ours) for r in results], "skipped": skipped,
         "roof": compute_roof(params, ours),
     }
     return write_json(out_dir / "e2e.json", payload)
@@ -170,6 +209,12 @@ def table(record: dict) -> str:
         f"compute roof: {roof['gemm_gflops']:,.1f} GFLOP/s GEMM ({roof['peak_source']}) / (2 x {roof['params'] / 1e6:,.1f} M params)"
         f" = {roof['roof_tok_s']:,.0f} tokens/s; ours {roof['ours_total_tok_s_frac_of_roof']:.1%} of it (total tokens)",
     ]
+    traffic = record.get("collectives")
+    if traffic:
+        step, token = traffic["per_decode_step"], traffic["per_output_token"]
+        lines.append(f"tensor parallel {record['tensor_parallel_size']} (rank 0): per decode step of {traffic['batch']} "
+                     f"sequences {step['all_reduce']:,} B all-reduced + {step['all_gather']:,} B all-gathered; per output "
+                     f"token of the timed run {token['all_reduce']:,.0f} B + {token['all_gather']:,.0f} B")
     lines += [f"skipped {peer}: {why}" for peer, why in record["skipped"].items()]
     return "\n".join(lines)
 
@@ -177,7 +222,8 @@ def table(record: dict) -> str:
 def main(args: argparse.Namespace) -> int:
     sizes = QUICK if args.quick else {"num_prompts": args.num_prompts, "input_len": args.input_len, "output_len": args.output_len}
     record = run(args.model, dtype=args.dtype or default_dtype(), compare=args.compare, out_dir=args.out,
-                 temperature=args.temperature, top_p=args.top_p, compilation_level=args.compilation_level, **sizes)
+                 temperature=args.temperature, top_p=args.top_p, compilation_level=args.compilation_level,
+                 tensor_parallel_size=args.tensor_parallel_size, **sizes)
     print(table(record))
     print(f"wrote {args.out / 'e2e.json'}")
     return 0

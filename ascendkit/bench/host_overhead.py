@@ -10,6 +10,12 @@ normal ones (flat: the nucleus holds ~32,000 of 49,152 tokens, the sampler's wor
 same scaled by PEAKED (nuclei of 1 to ~150 tokens, median ~40; SmolLM2-135M's own logits on chat
 prompts: median ~7, 10 % past 128, up to ~660), the last also with repetition and frequency
 penalties.
+
+`--forward hollow [--compilation-level N]` swaps the stub for the hollow model
+(bench/hollow_model.py: the default model's 30 layers at widths where arithmetic is negligible),
+greedy only, and adds the `forward` stage: the host cost of one real forward at that compilation
+level (Python, op dispatch, Dynamo/Inductor call path), which issue 15 bounds at 1 ms per compiled
+decode step at batch 32.
 """
 from __future__ import annotations
 
@@ -22,6 +28,7 @@ from typing import Callable
 import torch
 
 from ascendkit import platform
+from ascendkit.bench.hollow_model import hollow_model
 from ascendkit.bench.report import format_table, write_json
 from ascendkit.bench.stub_model import StubModel
 
@@ -54,34 +61,54 @@ class _Clock:
         return timed
 
 
-def _engine(stub: StubModel, batch: int, max_len: int, device: torch.device):
+class _TimedCall:
+    """The model with its call timed by the clock; compute_logits and the rest pass through."""
+
+    def __init__(self, model, timed_call: Callable) -> None:
+        self.model, self.timed_call = model, timed_call
+
+    def __call__(self, *args):
+        return self.timed_call(*args)
+
+    def __getattr__(self, name: str):
+        return getattr(self.model, name)
+
+
+def _engine(model, batch: int, max_len: int, device: torch.device, compilation_level: int = 0):
+    from ascendkit.compilation import CompilationConfig
     from ascendkit.runtime.config import EngineConfig
     from ascendkit.runtime.engine import Engine
 
     blocks = batch * -(-max_len // BLOCK_SIZE)
     config = EngineConfig(max_model_len=max_len, max_num_seqs=batch, max_num_batched_tokens=max(batch * PROMPT_LEN, 512),
                           block_size=BLOCK_SIZE, num_kv_blocks=blocks, enable_prefix_caching=True, graph="auto",
-                          device=device, dtype=torch.float32)
-    return Engine(stub, None, set(), config)
+                          device=device, dtype=torch.float32, compilation=CompilationConfig(level=compilation_level))
+    return Engine(model, None, set(), config)
 
 
-def measure(stub: StubModel, batch: int, steps: int, mode: str, device: torch.device) -> dict:
-    """Per-step stage times (µs) over `steps` decode steps of `batch` running sequences."""
+def measure(model, batch: int, steps: int, mode: str, device: torch.device, compilation_level: int = 0) -> dict:
+    """Per-step stage times (µs) over `steps` decode steps of `batch` running sequences. `model`
+    is the free stub or the hollow model (its forward then timed as its own stage)."""
     from ascendkit.runtime import SamplingParams
 
-    engine = _engine(stub, batch, PROMPT_LEN + steps + 2, device)
+    engine = _engine(model, batch, PROMPT_LEN + steps + 3, device, compilation_level)
     clock = _Clock()
+    hollow = not isinstance(model, StubModel)
+    if hollow:
+        engine.runner.model = _TimedCall(engine.runner.model, clock.wrap("forward", engine.runner.model))
     engine.scheduler.schedule = clock.wrap("schedule", engine.scheduler.schedule)
     engine.runner.prepare = clock.wrap("prepare", engine.runner.prepare)
     engine.runner.sampler = clock.wrap("sample", engine.runner.sampler)
     engine.runner.execute = clock.wrap("execute", engine.runner.execute)
-    fields, scale = MODES[mode]
-    params = SamplingParams(max_tokens=steps + 2, ignore_eos=True, seed=None, **fields)
+    fields, _ = MODES[mode]
+    params = SamplingParams(max_tokens=steps + 3, ignore_eos=True, seed=None, **fields)
     gen = torch.Generator().manual_seed(batch)
-    prompts = torch.randint(100, stub.vocab_size, (batch, PROMPT_LEN), generator=gen).tolist()
+    vocab_size = model.config.vocab_size if hollow else model.vocab_size
+    prompts = torch.randint(100, vocab_size, (batch, PROMPT_LEN), generator=gen).tolist()
     seqs = [engine.add(prompt, params) for prompt in prompts]
     while any(s.metrics.first_token_time is None for s in seqs):
         engine.step()  # prefill (untimed) until every sequence decodes
+    engine.step()  # one untimed decode step: level 1 recompiles for the decode shapes here
     clock.on = True
     start = time.perf_counter()
     for _ in range(steps):
@@ -91,7 +118,9 @@ def measure(stub: StubModel, batch: int, steps: int, mode: str, device: torch.de
     stages = {
         "schedule_us": t["schedule"],
         "prepare_us": t["prepare"],
-        "model_stub_us": t["execute"] - t["prepare"] - t["sample"],  # stub calls (+ graph-runner buffer updates on NPU/CUDA)
+        # model calls (+ graph-runner buffer updates on NPU/CUDA); of which the hollow forward
+        "model_us": t["execute"] - t["prepare"] - t["sample"],
+        "forward_us": t["forward"] if hollow else None,
         "sample_us": t["sample"],
         "bookkeeping_us": total / steps * 1e6 - t["schedule"] - t["execute"],
     }
@@ -99,14 +128,19 @@ def measure(stub: StubModel, batch: int, steps: int, mode: str, device: torch.de
             "per_token_us": total / steps / batch * 1e6, "steps_per_s": steps / total, **stages}
 
 
-def run(batch_sizes: list[int], steps: int, out_dir: Path) -> dict:
+def run(batch_sizes: list[int], steps: int, out_dir: Path, forward: str = "stub", compilation_level: int = 0) -> dict:
     from ascendkit.model import default_model_path
     from ascendkit.model.loading.gguf_loader import GGUFFile
 
+    if forward == "stub" and compilation_level:
+        raise ValueError("compilation_level: only the hollow model compiles (--forward hollow)")
     config = GGUFFile(default_model_path()).config()
     device = platform.default_device()
     rows = []
     for batch in batch_sizes:
+        if forward == "hollow":
+            rows.append(measure(hollow_model(device).model, batch, steps, "greedy", device, compilation_level))
+            continue
         stub = StubModel(max(batch * PROMPT_LEN, 512), vocab_size=config.vocab_size, hidden_size=config.hidden_size,
                          free=True, device=device)
         normal = stub.logits
@@ -114,23 +148,27 @@ def run(batch_sizes: list[int], steps: int, out_dir: Path) -> dict:
             stub.logits = normal * scale if scale != 1 else normal
             rows.append(measure(stub, batch, steps, mode, device))
         stub.logits = normal
-    payload = {"benchmark": "host", "stub": {"hidden_size": config.hidden_size, "vocab_size": config.vocab_size},
+    payload = {"benchmark": "host", "forward": forward, "compilation_level": compilation_level,
+               "stub": {"hidden_size": config.hidden_size, "vocab_size": config.vocab_size},
                "prompt_len": PROMPT_LEN, "rows": rows}
     return write_json(out_dir / "host.json", payload)
 
 
 def table(record: dict) -> str:
-    headers = ["batch", "sampling", "step us", "per token us", "schedule", "prepare", "model stub", "sample", "bookkeeping"]
+    headers = ["batch", "sampling", "step us", "per token us", "schedule", "prepare", "model", "forward", "sample",
+               "bookkeeping"]
     body = [[r["batch"], r["mode"], r["step_us"], r["per_token_us"], r["schedule_us"], r["prepare_us"],
-             r["model_stub_us"], r["sample_us"], r["bookkeeping_us"]] for r in record["rows"]]
+             r["model_us"], r["forward_us"], r["sample_us"], r["bookkeeping_us"]] for r in record["rows"]]
     stub = record["stub"]
-    return (f"host overhead per decode step on {record['context']['device']} (model stubbed: hidden "
-            f"{stub['hidden_size']}, vocab {stub['vocab_size']}; stage times in us per step)\n" + format_table(headers, body))
+    model = (f"hollow model (HOLLOW_WIDTHS, vocab {stub['vocab_size']}), compilation level {record['compilation_level']}"
+             if record["forward"] == "hollow" else f"model stubbed: hidden {stub['hidden_size']}, vocab {stub['vocab_size']}")
+    return (f"host overhead per decode step on {record['context']['device']} ({model}; stage times in us per step)\n"
+            + format_table(headers, body))
 
 
 def main(args: argparse.Namespace) -> int:
     sizes = QUICK if args.quick else {"batch_sizes": args.batch_sizes, "steps": args.steps}
-    record = run(out_dir=args.out, **sizes)
+    record = run(out_dir=args.out, forward=args.forward, compilation_level=args.compilation_level, **sizes)
     print(table(record))
     print(f"wrote {args.out / 'host.json'}")
     return 0

@@ -3,7 +3,8 @@ llama.cpp (through the prebuilt `xllamacpp` wheel), on the same model file and t
 
 Both return a `RunResult`, the record the e2e table is built from. HF runs in the same process,
 on the dequantised GGUF in the requested dtype; llama.cpp computes with the GGUF's own quantised
-weights (its native path), so its numbers are a reference point, not a like-for-like kernel race.
+weights (its native path: a reference point, not a like-for-like race) or, as `llama.cpp-f32`, with
+an F32 copy of the file dequantised the same way ours is (`f32_gguf.py`): the same weights in fp32.
 """
 from __future__ import annotations
 
@@ -97,9 +98,11 @@ def llamacpp_available() -> bool:
     return True
 
 
-def run_llamacpp(gguf_path: Path, prompts: list[list[int]], output_len: int) -> RunResult:
+def run_llamacpp(gguf_path: Path, prompts: list[list[int]], output_len: int, engine: str = "llama.cpp",
+                 weights: str = "GGUF quantised weights") -> RunResult:
     """llama.cpp's server engine in process: one slot per prompt, all requests submitted at once
-    (continuous batching), greedy, EOS ignored. TTFT is llama.cpp's own prompt time per request."""
+    (continuous batching), greedy, EOS ignored. TTFT is llama.cpp's own prompt time per request.
+    engine / weights: the row's name and what the file holds (for the notes)."""
     import xllamacpp
 
     params = xllamacpp.CommonParams()
@@ -125,7 +128,7 @@ def run_llamacpp(gguf_path: Path, prompts: list[list[int]], output_len: int) -> 
     if errors:
         raise RuntimeError(f"llama.cpp request failed: {errors[0]}")
     timings = [r["timings"] for r in replies]
-    return RunResult("llama.cpp", wall, sum(t["prompt_n"] for t in timings), sum(t["predicted_n"] for t in timings),
+    return RunResult(engine, wall, sum(t["prompt_n"] for t in timings), sum(t["predicted_n"] for t in timings),
                      [t["prompt_ms"] / 1e3 for t in timings], [t["predicted_per_token_ms"] / 1e3 for t in timings],
-                     None, [f"xllamacpp, GGUF quantised weights, {threads} threads, {len(prompts)} slots"])
+                     None, [f"xllamacpp, {weights}, {threads} threads, {len(prompts)} slots"])
 

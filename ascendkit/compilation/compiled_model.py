@@ -8,6 +8,8 @@ and int dynamic (backed_size_oblivious: a size of 1 in the first call is not spe
 after that first compile skips guard evaluation, so every step runs the one graph with no
 per-call guard cost. That is sound because the trace depends on no input value: the metadata
 ints reach only the attention ops (`SymInt` in their schemas) and nothing branches on a size.
+Level 3 traces exactly as level 2; its backend splits the graph at the attention ops
+(backend.py, piecewise.py) and, given a CaptureSpec, captures the pieces per size.
 """
 from __future__ import annotations
 
@@ -20,17 +22,16 @@ from torch import nn
 
 from ascendkit.compilation.backend import AscendBackend
 from ascendkit.compilation.config import CompilationConfig, CompilationLevel
+from ascendkit.compilation.piece_capture import CaptureSpec
 from ascendkit.model.attention_metadata import AttentionMetadata
 
 
 class CompiledModel:
-    def __init__(self, model: nn.Module, config: CompilationConfig) -> None:
-        if config.level == CompilationLevel.PIECEWISE:
-            raise NotImplementedError("level: 3 (PIECEWISE) is not implemented yet; use 0, 1 or 2")
+    def __init__(self, model: nn.Module, config: CompilationConfig, capture: CaptureSpec | None = None) -> None:
         self.model, self.config = model, config
         device_type = next(model.parameters()).device.type
-        self.backend = AscendBackend(config, device_type)
-        once = config.level == CompilationLevel.DYNAMO_ONCE
+        self.backend = AscendBackend(config, device_type, capture)
+        once = config.level >= CompilationLevel.DYNAMO_ONCE
         self._forward = torch.compile(_own_code(model.forward), backend=self.backend, fullgraph=once,
                                       dynamic=True if once else None)
 
@@ -51,10 +52,11 @@ class CompiledModel:
         return getattr(self.model, name)
 
     def describe(self) -> str:
-        """One line: level, compiles, seconds spent compiling."""
+        """One line: level, compiles, seconds spent compiling (level 3: and the pieces compiled)."""
         seconds = sum(self.backend.compile_seconds)
+        pieces = sum(len(split.pieces) for split in self.backend.splits)
         return (f"compilation level {int(self.config.level)} ({self.config.level.name}): "
-                f"{self.backend.num_compiles} compile(s), {seconds:.1f} s")
+                f"{self.backend.num_compiles} compile(s){f' ({pieces} pieces)' if pieces else ''}, {seconds:.1f} s")
 
 
 def _own_code(method: types.MethodType) -> types.MethodType:
@@ -68,8 +70,10 @@ def _own_code(method: types.MethodType) -> types.MethodType:
     return types.MethodType(copy, method.__self__)
 
 
-def compile_model(model: nn.Module, config: CompilationConfig) -> nn.Module | CompiledModel:
-    """The model itself at level 0, else a CompiledModel."""
+def compile_model(model: nn.Module, config: CompilationConfig,
+                  capture: CaptureSpec | None = None) -> nn.Module | CompiledModel:
+    """The model itself at level 0, else a CompiledModel. capture: level 3's per-size capture of
+    the pieces (ignored below level 3)."""
     if config.level == CompilationLevel.NO_COMPILATION:
         return model
-    return CompiledModel(model, config)
+    return CompiledModel(model, config, capture if config.level == CompilationLevel.PIECEWISE else None)

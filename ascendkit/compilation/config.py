@@ -4,11 +4,13 @@ level 0 NO_COMPILATION  the forward runs eagerly.
 level 1 DYNAMO_AS_IS    torch.compile as is: Dynamo's guards run every call and may recompile.
 level 2 DYNAMO_ONCE     one Dynamo trace with the token / batch dims and the metadata ints dynamic;
                         later calls skip guard evaluation and always run that one graph.
-level 3 PIECEWISE       level 2 with the graph split at `splitting_ops` (attention), pieces
-                        compiled separately.
+level 3 PIECEWISE       level 2 with the graph split at `splitting_ops` (attention): the pieces
+                        between them compiled one by one and, on NPU/CUDA, captured as a device
+                        graph per capture size; the splitting ops run eagerly between them.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from enum import IntEnum
 from pathlib import Path
@@ -27,18 +29,36 @@ DEFAULT_SPLITTING_OPS = ("ascend::unified_attention", "ascend::mla_attention", "
                          "ascend::flash_attention_varlen")
 
 
+def default_cache_dir() -> str:
+    """$ASCENDKIT_CACHE_DIR/compile, else ~/.cache/ascendkit/compile: per user and kept across
+    processes, so a second process compiling the same model reads Inductor's compiled graphs."""
+    return str(Path(os.environ.get("ASCENDKIT_CACHE_DIR", "~/.cache/ascendkit")).expanduser() / "compile")
+
+
+def default_capture_sizes(max_num_seqs: int) -> list[int]:
+    """Powers of two from 1 up to the first one >= max_num_seqs (every decode batch fits)."""
+    sizes = [1]
+    while sizes[-1] < max_num_seqs:
+        sizes.append(sizes[-1] * 2)
+    return sizes
+
+
 @dataclass
 class CompilationConfig:
     """level: 0-3 (CompilationLevel). splitting_ops: "ascend::<op>" names, each a registered op.
-    cache_dir: Inductor's on-disk cache (None: torch's default). use_inductor: False runs the
-    Dynamo graph after the fusion passes without Inductor (fast to build; used by tests).
-    enable_fusion: run the FX fusion passes (norm/activation + int8 quant)."""
+    cache_dir: Inductor's on-disk caches (default_cache_dir()); the FX graph cache is what hits
+    (AOTAutograd's cache bypasses graphs holding the CPU references, Python functions it cannot hash).
+    use_inductor: False runs the Dynamo graph after the fusion passes without Inductor (fast to
+    build; used by tests). enable_fusion: run the FX fusion passes (norm/activation + int8 quant).
+    capture_sizes: level 3 on NPU/CUDA, the token counts each piece is captured at (vLLM's
+    cudagraph_capture_sizes), ascending; None: default_capture_sizes(max_num_seqs)."""
 
     level: int = CompilationLevel.NO_COMPILATION
     splitting_ops: list[str] = field(default_factory=lambda: list(DEFAULT_SPLITTING_OPS))
-    cache_dir: str | None = None
+    cache_dir: str = field(default_factory=default_cache_dir)
     use_inductor: bool = True
     enable_fusion: bool = True
+    capture_sizes: list[int] | None = None
 
     def __post_init__(self) -> None:
         from ascendkit.ops import REGISTERED
@@ -53,11 +73,21 @@ class CompilationConfig:
             namespace, _, op = str(name).partition("::")
             if namespace != "ascend" or op not in REGISTERED:
                 raise ValueError(f"splitting_ops: {name!r} is not a registered 'ascend::<op>' name")
-        if self.cache_dir is not None:
-            self.cache_dir = str(Path(self.cache_dir).expanduser())
+        if not isinstance(self.cache_dir, (str, os.PathLike)):
+            raise TypeError(f"cache_dir: expected a path, got {self.cache_dir!r}")
+        self.cache_dir = str(Path(self.cache_dir).expanduser())
+        sizes = self.capture_sizes
+        if sizes is not None and (isinstance(sizes, (str, bytes)) or not sizes
+                                  or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in sizes)
+                                  or list(sizes) != sorted(set(sizes))):
+            raise ValueError(f"capture_sizes: expected ascending distinct positive ints, got {sizes!r}")
         for flag in ("use_inductor", "enable_fusion"):
             if not isinstance(getattr(self, flag), bool):
                 raise TypeError(f"{flag}: expected a bool, got {getattr(self, flag)!r}")
+
+    def capture_sizes_for(self, max_num_seqs: int) -> tuple[int, ...]:
+        """The capture sizes: capture_sizes if given, else default_capture_sizes(max_num_seqs)."""
+        return tuple(self.capture_sizes if self.capture_sizes is not None else default_capture_sizes(max_num_seqs))
 
     @classmethod
     def from_user(cls, value: "CompilationConfig | dict | int | None") -> "CompilationConfig":

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
+import socket
+
 import torch.distributed as dist
 
 # torch.distributed backend per device type: the device's own collective library.
@@ -44,6 +46,13 @@ def init_tensor_parallel(world_size: int, rank: int, init_method: str, device: s
         dist.init_process_group(backend_for(device), init_method=init_method, world_size=world_size, rank=rank,
                                 timeout=timedelta(seconds=timeout_s))
     _GROUP.size, _GROUP.rank = world_size, rank
+
+
+def local_init_method() -> str:
+    """A "tcp://127.0.0.1:port" rendezvous on a port free now, for ranks spawned on this machine."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"tcp://127.0.0.1:{s.getsockname()[1]}"
 
 
 def destroy_tensor_parallel() -> None:

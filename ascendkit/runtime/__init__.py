@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 
 _EXPORTS = {
-    "LLM": "ascendkit.runtime.llm", "GenerationStats": "ascendkit.runtime.llm",
+    "LLM": "ascendkit.runtime.llm", "GenerationStats": "ascendkit.runtime.generation",
     "CompletionOutput": "ascendkit.runtime.outputs", "RequestMetrics": "ascendkit.runtime.outputs",
     "RequestOutput": "ascendkit.runtime.outputs", "SamplingParams": "ascendkit.runtime.sampling_params",
 }

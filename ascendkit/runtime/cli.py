@@ -3,6 +3,7 @@ heavy imports (torch and the model load only when a subcommand runs)."""
 from __future__ import annotations
 
 import argparse
+import sys
 
 DEMO_PROMPTS = [
     "What is the capital of France?",
@@ -20,7 +21,8 @@ def add_generate_parsers(sub: argparse._SubParsersAction) -> None:
     gen.add_argument("--chat", action="store_true", help="wrap each prompt as a user message in the chat template")
     _common(gen)
     gen.set_defaults(func=_generate)
-    demo = sub.add_parser("demo", help="a few chat prompts through the embedded SmolLM2-135M-Instruct")
+    demo = sub.add_parser("demo", help="a few chat prompts through the embedded SmolLM2-135M-Instruct, eager "
+                          "(compilation level 0: a compile costs about a minute on a CPU, longer than the demo)")
     demo.add_argument("--model", default="default", help=argparse.SUPPRESS)
     _common(demo)
     demo.set_defaults(func=_demo, chat=True, prompt=None)
@@ -35,8 +37,12 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quantize", choices=("w8a8",), default=None, help="W8A8 dynamic on every Linear but the LM head")
     parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--graph", choices=("auto", "off"), default="auto")
-    parser.add_argument("--compilation-level", type=int, choices=(0, 1, 2), default=0,
-                        help="0 eager, 1 torch.compile as is, 2 Dynamo once (one trace, no recompiles)")
+    parser.add_argument("--compilation-level", type=int, choices=(0, 1, 2, 3), default=0,
+                        help="0 eager, 1 torch.compile as is, 2 Dynamo once (one trace, no recompiles), 3 piecewise "
+                        "(level 2 split at attention; pieces captured per size on NPU/CUDA); the compile line goes "
+                        "to stderr")
+    parser.add_argument("--tensor-parallel-size", type=int, default=1,
+                        help="N > 1: the model split over N ranks (spawned worker processes, or the torchrun launch)")
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -44,7 +50,7 @@ def _generate(args: argparse.Namespace) -> int:
     from ascendkit.runtime.sampling_params import SamplingParams
 
     llm = LLM(args.model, dtype=args.dtype, max_model_len=args.max_model_len, quantization=args.quantize,
-              graph=args.graph, compilation_config=args.compilation_level)
+              graph=args.graph, compilation_config=args.compilation_level, tensor_parallel_size=args.tensor_parallel_size)
     params = SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens,
                             seed=args.seed)
     use_tqdm = len(args.prompt) > 1
@@ -61,11 +67,15 @@ def _generate(args: argparse.Namespace) -> int:
     print(f"{stats.num_requests} requests, {stats.prompt_tokens} prompt + {stats.generated_tokens} generated tokens "
           f"in {stats.elapsed_s:.2f} s: {stats.tokens_per_s:.1f} tokens/s "
           f"({llm.config.device.type}, {str(llm.config.dtype).replace('torch.', '')})")
-    if args.compilation_level:
-        print(llm.engine.model.describe())
+    if args.compilation_level and llm.engine is not None:  # spawned ranks compile in their own processes
+        print(llm.engine.model.describe(), file=sys.stderr)
+    llm.shutdown()
     return 0 if all(o.outputs[0].finish_reason != "error" for o in outputs) else 1
 
 
 def _demo(args: argparse.Namespace) -> int:
     args.prompt = DEMO_PROMPTS
+    if not args.compilation_level:
+        print("compilation level 0 (eager): compiling costs about a minute on a CPU, longer than this demo; "
+              "--compilation-level 1-3 compiles", file=sys.stderr)
     return _generate(args)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from ascendkit.compilation import compile_model
+from ascendkit.compilation import compile_model, piece_capture
 from ascendkit.runtime.block_manager import BlockManager
 from ascendkit.runtime.config import EngineConfig
 from ascendkit.runtime.graph_runner import GraphRunner
@@ -26,15 +26,17 @@ class Engine:
     def __init__(self, model: RuntimeModel, tokenizer, eos_token_ids: set[int], config: EngineConfig, seed: int = 0) -> None:
         self.config = config
         model.allocate_kv_cache(config.num_kv_blocks, config.block_size, config.dtype, config.device)
-        # the runners call the model's forward; at compilation level >= 1 that is the compiled one
-        model = self.model = compile_model(model, config.compilation)
+        # the runners call the model's forward; at compilation level >= 1 that is the compiled one.
+        # Level 3 on NPU/CUDA captures its pieces per size instead of whole decode steps (vLLM's piecewise mode)
+        capture = piece_capture(config.compilation, config.device.type, config.max_num_seqs) if config.graph != "off" else None
+        model = self.model = compile_model(model, config.compilation, capture)
         self.block_manager = BlockManager(config.num_kv_blocks, config.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, config.max_num_batched_tokens)
         self.sampler = Sampler(config.device, seed)
         graph_runner = None
         # Only captured graphs need static, bucket-padded buffers: on CPU nothing is captured, so
         # decode batches run eagerly at their own size (padding 5 rows to 8 was pure extra work).
-        if config.graph != "off" and config.device.type in ("npu", "cuda"):
+        if config.graph != "off" and config.device.type in ("npu", "cuda") and capture is None:
             graph_runner = GraphRunner(model, config.max_num_seqs, config.max_model_len, config.block_size,
                                        config.device, capture=True)
         self.runner = ModelRunner(model, config.block_size, config.num_kv_blocks, config.device, self.sampler,

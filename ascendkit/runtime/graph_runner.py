@@ -17,6 +17,7 @@ import bisect
 
 import torch
 
+from ascendkit import platform
 from ascendkit.model.attention_metadata import AttentionMetadata
 from ascendkit.runtime.model_interface import RuntimeModel
 
@@ -85,7 +86,7 @@ class GraphRunner:
         """Capture every bucket, largest first, sharing one memory pool. The buffers hold padding
         (slot -1, seqused_k 0) while capturing, so warm-up and capture write no KV."""
         backend = getattr(torch, self.device.type)  # torch.npu (torch_npu) or torch.cuda
-        graph_cls = backend.NPUGraph if self.device.type == "npu" else backend.CUDAGraph
+        graph_cls = platform.device_graph_type(self.device.type)
         pool = None
         width = self.block_tables.shape[1]
         for size in reversed(self.buckets):

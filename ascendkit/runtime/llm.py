@@ -1,43 +1,30 @@
 """LLM: the offline entry point — vLLM's `LLM(model).generate(prompts, sampling_params)` shape.
-Also `from ascendkit import LLM, SamplingParams`. It loads (or takes) the model, checks it against
-RuntimeModel / RuntimeModelConfig (runtime/model_interface.py), sizes the KV cache and drives the
-Engine; a request's RequestOutput is built from its finished Sequence."""
+Also `from ascendkit import LLM, SamplingParams`. It encodes and checks the requests, then runs
+them on an Engine in this process (runtime/engine_args.py builds it: the model checked against
+RuntimeModel / RuntimeModelConfig, the KV cache sized) or, with tensor_parallel_size N > 1, on N
+spawned ranks (runtime/tp_executor.py), or as one rank of a torchrun launch."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Sequence as Seq
 
 import torch
-from tqdm import tqdm
 
 from ascendkit.compilation import CompilationConfig
-from ascendkit.runtime.config import EngineConfig, kv_cache_blocks, resolve_dtype
+from ascendkit.runtime.config import EngineConfig, resolve_dtype
 from ascendkit.runtime.engine import Engine
-from ascendkit.runtime.model_interface import RuntimeModel, RuntimeModelConfig, require
-from ascendkit.runtime.outputs import CompletionOutput, RequestOutput
+from ascendkit.runtime.engine_args import EngineArgs, create_engine
+from ascendkit.runtime.generation import GenerationStats, run_requests
+from ascendkit.runtime.model_interface import RuntimeModel, RuntimeModelConfig
+from ascendkit.runtime.outputs import RequestOutput
+from ascendkit.runtime.parallel_config import check_tensor_parallel_size, join_existing_group
 from ascendkit.runtime.sampling_params import SamplingParams
-from ascendkit.runtime.sequence import Sequence
 from ascendkit.runtime.validation import check_requests
 
 Prompt = str | list[int]
 Conversation = list[dict]
-
-
-@dataclass
-class GenerationStats:
-    """Totals of the last generate()/chat() call."""
-
-    num_requests: int
-    prompt_tokens: int
-    generated_tokens: int
-    elapsed_s: float
-    num_steps: int
-    num_preemptions: int
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.generated_tokens / self.elapsed_s if self.elapsed_s > 0 else 0.0
+__all__ = ["GenerationStats", "LLM"]
 
 
 class LLM:
@@ -55,43 +42,63 @@ class LLM:
     bucketed GraphRunner on NPU/CUDA (captured graphs; CPU runs every step eagerly, unpadded),
     "off" runs every step eagerly. quantization: None or "w8a8". seed: for unseeded sampling.
     compilation_config: a CompilationConfig, a dict of its fields, or an int level (0 none, 1
-    Dynamo as is, 2 Dynamo once; see ascendkit/compilation/config.py); None = level 0.
+    Dynamo as is, 2 Dynamo once, 3 piecewise; see ascendkit/compilation/config.py); None = level 0.
+
+    tensor_parallel_size: N ranks, each holding 1/N of the model (Megatron-style; the model must
+    support it). 1 (default) runs in this process. N > 1: when this process is already a rank of
+    N (launched by torchrun: WORLD_SIZE / RANK / LOCAL_RANK set, joined over env://; or a group
+    from init_tensor_parallel) it runs as that rank, and every rank must make the same calls;
+    otherwise N worker processes are spawned (device index = rank on NPU/CUDA; on CPU the
+    parent's torch threads are split between them) and `model` must be a name or path. Then
+    `model` and `engine` are None here: the parent keeps the tokenizer and model config, rank
+    0's engine config (`config`) and no weights. tp_timeout_s bounds the workers' startup and
+    every collective; a failed or dead worker is a RuntimeError naming the rank. shutdown()
+    stops the workers (also done on garbage collection and at exit).
     """
 
     def __init__(self, model="default", dtype: torch.dtype | str = torch.float32, device: str | None = None,
                  max_model_len: int | None = None, max_num_seqs: int = 32, max_num_batched_tokens: int = 2048,
                  block_size: int | None = None, num_kv_blocks: int | None = None, kv_cache_memory: int | None = None,
                  enable_prefix_caching: bool = True, graph: str = "auto", quantization: str | None = None,
-                 seed: int = 0, compilation_config: CompilationConfig | dict | int | None = None) -> None:
+                 seed: int = 0, compilation_config: CompilationConfig | dict | int | None = None,
+                 tensor_parallel_size: int = 1, tp_timeout_s: float = 600.0) -> None:
         from ascendkit import platform
         from ascendkit.model import LoadedModel, load_model
 
         if graph not in ("auto", "off"):
             raise ValueError(f"graph: must be 'auto' or 'off', got {graph!r}")
-        dtype = resolve_dtype(dtype)
-        compilation = CompilationConfig.from_user(compilation_config)
+        size = check_tensor_parallel_size(tensor_parallel_size)
+        if not tp_timeout_s > 0:
+            raise ValueError(f"tp_timeout_s: must be > 0, got {tp_timeout_s}")
         dev = torch.device(device) if device is not None else platform.default_device()
-        block_size = platform.default_block_size(dev) if block_size is None else block_size
-        loaded = model if isinstance(model, LoadedModel) else load_model(model, dtype, dev, quantization)
-        require(loaded.model, RuntimeModel, "model")
-        require(loaded.config, RuntimeModelConfig, "model")
-        self.model: RuntimeModel = loaded.model
-        self.model_config: RuntimeModelConfig = loaded.config
-        self.tokenizer = loaded.tokenizer
-        limit = self.model_config.max_position_embeddings
-        max_model_len = limit if max_model_len is None else max_model_len
-        if not 1 < max_model_len <= limit:
-            raise ValueError(f"max_model_len: must be in [2, {limit}] (the model's max_position_embeddings)")
-        bytes_per_block = self.model.kv_cache_bytes_per_block(block_size, dtype)
-        blocks = kv_cache_blocks(bytes_per_block, dev, num_blocks=num_kv_blocks, memory_bytes=kv_cache_memory,
-                                 max_model_len=max_model_len, max_num_seqs=max_num_seqs, block_size=block_size,
-                                 activation_bytes=max_num_batched_tokens * self.model_config.vocab_size * 4)
-        self.config = EngineConfig(max_model_len, max_num_seqs, max_num_batched_tokens, block_size, blocks,
-                                   enable_prefix_caching, graph, dev, dtype, compilation)
-        eos = set(self.tokenizer.eos_token_ids) if self.tokenizer is not None else set()
-        eos |= set(self.model_config.eos_token_id or [])
-        self.engine = Engine(self.model, self.tokenizer, eos, self.config, seed)
+        args = EngineArgs(resolve_dtype(dtype), dev, max_model_len, max_num_seqs, max_num_batched_tokens,
+                          platform.default_block_size(dev) if block_size is None else block_size, num_kv_blocks,
+                          kv_cache_memory, enable_prefix_caching, graph, quantization, seed,
+                          CompilationConfig.from_user(compilation_config))
+        self.model: RuntimeModel | None = None
+        self.engine: Engine | None = None
+        self._executor = None
         self.last_stats: GenerationStats | None = None
+        rank_dev = join_existing_group(size, dev, tp_timeout_s) if size > 1 else None
+        if size > 1 and rank_dev is None:
+            if isinstance(model, LoadedModel):
+                raise ValueError("model: a LoadedModel holds every weight in this process; tensor_parallel_size > 1 "
+                                 "needs a model name or path, which each rank loads its shard of")
+            from ascendkit.runtime.tp_executor import TPExecutor  # imports the model package: lazily, as above
+
+            self._executor = TPExecutor(str(model), args, size, tp_timeout_s)
+            info = self._executor.info
+            self.config: EngineConfig = info.config
+            self.model_config: RuntimeModelConfig = info.model_config
+            self.tokenizer = info.tokenizer
+            return
+        if rank_dev is not None:
+            args = replace(args, device=rank_dev)
+        loaded = model if isinstance(model, LoadedModel) else load_model(model, args.dtype, args.device,
+                                                                          args.quantization)
+        self.engine = create_engine(loaded, args)
+        self.model, self.model_config, self.tokenizer = loaded.model, loaded.config, loaded.tokenizer
+        self.config = self.engine.config
 
     def generate(self, prompts: Prompt | Seq[Prompt], sampling_params: SamplingParams | Seq[SamplingParams] | None = None,
                  use_tqdm: bool = True) -> list[RequestOutput]:
@@ -139,23 +146,30 @@ class LLM:
                 raise ValueError(f"sampling_params: {len(params)} given for {len(encoded)} prompts")
         check_requests(encoded, params, vocab_size=self.model_config.vocab_size,
                        max_model_len=self.config.max_model_len, has_tokenizer=self.tokenizer is not None)
-        start, steps, preemptions = time.perf_counter(), self.engine.num_steps, self.engine.scheduler.num_preemptions
-        seqs = [self.engine.add(ids, p, prompt if isinstance(prompt, str) else None)
-                for prompt, ids, p in zip(prompts, encoded, params)]
-        with tqdm(total=len(seqs), desc="Processed prompts", disable=not use_tqdm, dynamic_ncols=True) as bar:
-            bar.update(sum(s.is_finished for s in seqs))
-            while self.engine.has_unfinished():
-                bar.update(len(self.engine.step()))
-        self.last_stats = GenerationStats(
-            len(seqs), sum(s.num_prompt_tokens for s in seqs), sum(s.num_output_tokens for s in seqs),
-            time.perf_counter() - start, self.engine.num_steps - steps,
-            self.engine.scheduler.num_preemptions - preemptions)
-        return [_output(s) for s in seqs]
+        texts = [prompt if isinstance(prompt, str) else None for prompt in prompts]
+        if self._executor is None:
+            outputs, self.last_stats = run_requests(self.engine, texts, encoded, params, use_tqdm)
+        else:  # elapsed time as the caller sees it: the pipe to the ranks included
+            start = time.perf_counter()
+            outputs, stats = self._executor.generate(texts, encoded, params, use_tqdm)
+            self.last_stats = replace(stats, elapsed_s=time.perf_counter() - start)
+        return outputs
 
+    @property
+    def num_parameters(self) -> int:
+        """Parameters of the model in this process, or summed over the spawned ranks' shards
+        (replicated ones, such as norms, counted once per rank)."""
+        if self._executor is not None:
+            return self._executor.num_parameters
+        return sum(p.numel() for p in self.model.parameters())
 
-def _output(seq: Sequence) -> RequestOutput:
-    times = seq.token_times
-    completion = CompletionOutput(0, seq.text, seq.output_token_ids, seq.finish_reason, seq.stop_reason,
-                                  seq.logprobs, seq.cumulative_logprob if seq.logprobs is not None else None)
-    return RequestOutput(seq.seq_id, seq.prompt, seq.prompt_token_ids, [completion], True, seq.metrics, seq.error,
-                         [b - a for a, b in zip(times, times[1:])])
+    @property
+    def worker_pids(self) -> list[int]:
+        """The spawned tensor-parallel workers' process ids, rank order ([] in this process)."""
+        return [] if self._executor is None else self._executor.pids
+
+    def shutdown(self) -> None:
+        """Stop and join the spawned tensor-parallel workers, if any (idempotent). Generating
+        afterwards is a RuntimeError."""
+        if self._executor is not None:
+            self._executor.shutdown()

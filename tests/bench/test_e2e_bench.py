@@ -13,12 +13,14 @@ pytestmark = pytest.mark.xdist_group("e2e_bench")  # loads the model twice (ours
 
 @pytest.mark.slow
 def test_e2e_quick_against_hf_prints_ratios(tmp_path, capsys):
-    assert main(["bench", "e2e", "--quick", "--compare", "hf", "--compare", "llama.cpp", "--out", str(tmp_path)]) == 0
+    assert main(["bench", "e2e", "--quick", "--compare", "hf", "--compare", "llama.cpp", "--compare", "llama.cpp-f32",
+                 "--out", str(tmp_path)]) == 0
     record = json.loads((tmp_path / "e2e.json").read_text())
     engines = [row["engine"] for row in record["rows"]]
     assert engines[:2] == ["ascendkit", "hf"]
     # llama.cpp runs when the optional xllamacpp wheel is installed, and is reported as skipped otherwise.
-    assert ("llama.cpp" in engines) != ("llama.cpp" in record["skipped"])
+    for peer in ("llama.cpp", "llama.cpp-f32"):
+        assert (peer in engines) != (peer in record["skipped"])
     for row in record["rows"]:
         assert {"output_tok_s", "total_tok_s", "ttft_ms", "tpot_ms", "ours_over_this", "wall_s"} <= set(row)
         assert set(row["ttft_ms"]) == set(row["tpot_ms"]) == {"p50", "p90", "p99"}
@@ -71,3 +73,20 @@ def test_percentiles_and_agreement():
     assert percentiles(values) == pytest.approx({"p50": 51.0, "p90": 91.0, "p99": 100.0})
     assert agreement([[1, 2, 3], [4, 5]], [[1, 2, 0], [4, 6]]) == pytest.approx(3 / 5)
     assert agreement([[1]], None) is None and agreement(None, [[1]]) is None
+
+
+@pytest.mark.slow  # spawns 2 ranks (each imports torch)
+def test_e2e_quick_with_two_ranks_reports_collective_bytes(tmp_path, capsys):
+    model = tiny.save(tmp_path / "tiny")
+    assert main(["bench", "e2e", "--quick", "--model", model, "--tensor-parallel-size", "2", "--out", str(tmp_path)]) == 0
+    record = json.loads((tmp_path / "e2e.json").read_text())
+    assert record["tensor_parallel_size"] == 2 and record["rows"][0]["output_tokens"] == 2 * 4
+    traffic, config = record["collectives"], tiny.CONFIG
+    # a decode step of the 2 prompts: 2 all-reduces per layer + the embedding's, of [2, hidden] fp32;
+    # the logits [2, vocab] fp32 gathered
+    assert traffic["batch"] == 2 and traffic["per_decode_step"] == {
+        "all_reduce": (2 * config.num_hidden_layers + 1) * 2 * config.hidden_size * 4,
+        "all_gather": 2 * config.vocab_size * 4}
+    assert traffic["per_output_token"]["all_gather"] == config.vocab_size * 4  # one logits row per output token
+    assert record["compilation"]["level"] == 0
+    assert "tensor parallel 2 (rank 0): per decode step of 2 sequences 2,560 B all-reduced" in capsys.readouterr().out

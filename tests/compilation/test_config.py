@@ -1,8 +1,10 @@
-"""CompilationConfig: defaults, what LLM(compilation_config=...) accepts, and bad input naming
-the argument."""
+"""CompilationConfig: defaults (cache dir, capture sizes), what LLM(compilation_config=...) accepts,
+and bad input naming the argument."""
+from pathlib import Path
+
 import pytest
 
-from ascendkit.compilation import CompilationConfig, CompilationLevel, compile_model
+from ascendkit.compilation import CompilationConfig, CompilationLevel, piece_capture
 
 
 def test_defaults_and_forms():
@@ -23,12 +25,30 @@ def test_defaults_and_forms():
     ({"splitting_ops": ["torch::unified_attention"]}, ValueError, "^splitting_ops"),
     ({"splitting_ops": "ascend::unified_attention"}, TypeError, "^splitting_ops"),
     ({"use_inductor": 1}, TypeError, "^use_inductor"),
+    ({"cache_dir": None}, TypeError, "^cache_dir"),
+    ({"capture_sizes": []}, ValueError, "^capture_sizes"), ({"capture_sizes": [4, 2]}, ValueError, "^capture_sizes"),
+    ({"capture_sizes": [0, 2]}, ValueError, "^capture_sizes"), ({"capture_sizes": [2, 2]}, ValueError, "^capture_sizes"),
+    ({"capture_sizes": [1.0]}, ValueError, "^capture_sizes"),
 ])
 def test_bad_input_names_the_argument(value, error, match):
     with pytest.raises(error, match=match):
         CompilationConfig.from_user(value)
 
 
-def test_piecewise_is_refused_until_implemented():
-    with pytest.raises(NotImplementedError, match="^level: 3"):
-        compile_model(object(), CompilationConfig(level=3))
+def test_cache_dir_default_is_per_user_and_honours_the_env(monkeypatch, tmp_path):
+    monkeypatch.delenv("ASCENDKIT_CACHE_DIR", raising=False)
+    assert CompilationConfig().cache_dir == str(Path.home() / ".cache" / "ascendkit" / "compile")
+    monkeypatch.setenv("ASCENDKIT_CACHE_DIR", str(tmp_path))
+    assert CompilationConfig().cache_dir == str(tmp_path / "compile")
+    assert CompilationConfig(cache_dir="~/x").cache_dir == str(Path.home() / "x")
+
+
+def test_capture_sizes():
+    assert CompilationConfig().capture_sizes_for(5) == (1, 2, 4, 8)
+    assert CompilationConfig().capture_sizes_for(1) == (1,)
+    assert CompilationConfig(capture_sizes=[2, 6]).capture_sizes_for(64) == (2, 6)
+
+
+def test_piece_capture_only_at_level_3_on_a_device_with_graphs():
+    assert piece_capture(CompilationConfig(level=3), "cpu", 8) is None
+    assert piece_capture(CompilationConfig(level=2), "cuda", 8) is None

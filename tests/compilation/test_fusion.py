@@ -1,4 +1,4 @@
-"""Fusion passes on the captured graph of a tiny W8A8 Llama: the compiled graph holds the fused
+"""Fusion passes on the captured graph of a tiny W8A8 Llama (levels 2 and 3): the compiled graph holds the fused
 norm/activation + quant ops and none of the pairs they replace, and its logits equal eager."""
 import copy
 
@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from ascendkit.compilation import CompilationConfig, compile_model
+from ascendkit.compilation.passes.graph import ascend_op
 from ascendkit.model import load_model, quantize_w8a8
 from compilation import tiny
 from model.helpers import PagedDriver
@@ -81,3 +82,19 @@ def test_inductor_with_references_matches_eager(float_model, tmp_path):
     assert any((tmp_path / "inductor").iterdir())
     for g, e in zip(got, eager):
         torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
+
+
+def test_level_3_pieces_hold_the_fused_ops(float_model):
+    """The fusion passes run before the split: the pieces between the attention ops carry the
+    fused ops (and none of the pairs), and the logits still equal eager."""
+    model = _quantized(float_model, "static")
+    eager = _two_steps(model)
+    compiled = compile_model(model, CompilationConfig(level=3, use_inductor=False))
+    got = _two_steps(model, compiled)
+    split = compiled.backend.splits[0]
+    ops = [name for piece in split.pieces for name in map(ascend_op, split.submodule(piece).graph.nodes) if name]
+    for name, count in FUSED["static"].items():
+        assert ops.count(name) == count, (name, ops)
+    assert not [name for name in ops if name in PAIRS["static"]], ops
+    for g, e in zip(got, eager):
+        torch.testing.assert_close(g, e, rtol=0, atol=1e-5)

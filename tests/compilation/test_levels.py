@@ -1,5 +1,5 @@
 """Compilation levels end to end through LLM on a tiny random Llama: greedy tokens equal level 0
-at levels 1 and 2, and level 2 compiles once over a 64-step generation whose steps change the
+at levels 1, 2 and 3, and levels 2 and 3 compile once over a 64-step generation whose steps change the
 token count, batch size, block-table width and max_seqlen ints (prefill, mixed, decode of 4 down
 to 1 sequences)."""
 import pytest
@@ -33,12 +33,13 @@ def eager_tokens(tiny_dir):
     return tokens
 
 
-@pytest.mark.parametrize("graph", ["off", "auto"])
-def test_level_2_compiles_once_over_64_steps(tiny_dir, eager_tokens, graph):
-    llm, tokens = _generate(tiny_dir, {"level": 2, "use_inductor": False}, graph)
+@pytest.mark.parametrize("level, graph", [(2, "off"), (2, "auto"), (3, "auto")])
+def test_levels_2_and_3_compile_once_over_64_steps(tiny_dir, eager_tokens, level, graph):
+    llm, tokens = _generate(tiny_dir, {"level": level, "use_inductor": False}, graph)
     assert llm.last_stats.num_steps >= 64
     assert isinstance(llm.engine.model, CompiledModel)
     assert llm.engine.model.backend.num_compiles == 1
+    assert len(llm.engine.model.backend.splits) == (level == 3)
     assert tokens == eager_tokens
 
 

@@ -1,8 +1,9 @@
 """The tiny random Llama the compilation tests compile (2 layers: Inductor on this CPU takes tens
-of seconds even for it)."""
+of seconds even for it), and the paged steps they run it on."""
+import torch
 from transformers import LlamaConfig
 
-from model.helpers import save_tiny
+from model.helpers import PagedDriver, save_tiny
 
 CONFIG = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
                      num_key_value_heads=2, initializer_range=0.1, max_position_embeddings=256)
@@ -11,3 +12,15 @@ CONFIG = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=96, num_h
 def save(directory) -> str:
     save_tiny(CONFIG, directory, randomize_norms=True)
     return str(directory)
+
+
+# prefill (16 tokens), decode of 2, a 3-token chunk, decode of 1: the token count changes every step
+STEPS = [{0: list(range(3, 16)), 1: [5, 9, 100]}, {0: [17], 1: [4]}, {1: [6, 7, 8]}, {0: [18]}]
+
+
+def run_steps(model, compiled=None) -> list[torch.Tensor]:
+    """Logits of STEPS on a fresh paged cache of `model`, run through `compiled` if given."""
+    driver = PagedDriver(model, 2)
+    if compiled is not None:
+        driver.model = compiled  # the driver calls model(...) and model.compute_logits(...)
+    return [driver.step(step) for step in STEPS]

@@ -6,9 +6,18 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from ascendkit.model.layers import linear as linear_module
 from ascendkit.model.layers.linear import Linear, pack_weight
 
 needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
+
+
+@pytest.fixture(autouse=True)
+def pack_any_size(request, monkeypatch):
+    """The tests' small weights take the packed path (production packs only big ones), except in
+    the test of that size bound itself."""
+    if "size_bound" not in request.node.name:
+        monkeypatch.setattr(linear_module, "ONEDNN_MIN_WEIGHT_ELEMENTS", 0)
 
 
 def _linear(bias: bool = True, dtype=torch.float32) -> Linear:
@@ -50,6 +59,18 @@ def test_deepcopy_packs_the_copied_weight():
     assert clone.packed is not None and clone.packed.source is clone.weight
     x = torch.randn(2, 48)
     torch.testing.assert_close(clone(x), linear(x))
+
+
+@needs_onednn
+def test_size_bound_packs_only_weights_big_enough_to_gain():
+    bound = linear_module.ONEDNN_MIN_WEIGHT_ELEMENTS
+    assert pack_weight(torch.randn(bound // 512 - 1, 512)) is None
+    assert pack_weight(torch.randn(bound // 512, 512)) is not None
+    small = _linear()
+    small.prepack()
+    assert small.packed is None
+    x = torch.randn(3, 48)
+    torch.testing.assert_close(small(x), F.linear(x, small.weight, small.bias))
 
 
 def test_falls_back_where_onednn_cannot_help(monkeypatch):

@@ -3,14 +3,13 @@ tensor-parallel group spawned by `run_ranks` (gloo on CPU). Spawned ranks write 
 files; the parent bounds the whole run with a timeout and kills the ranks when it passes."""
 from __future__ import annotations
 
-import socket
 import time
 from pathlib import Path
 
 import torch
 import torch.multiprocessing as mp
 
-from ascendkit.distributed import destroy_tensor_parallel, init_tensor_parallel
+from ascendkit.distributed import destroy_tensor_parallel, init_tensor_parallel, local_init_method
 from ascendkit.model import load_model
 from model.helpers import PagedDriver
 
@@ -29,8 +28,8 @@ def script_logits(directory: str) -> list[torch.Tensor]:
     return [driver.step(tokens) for tokens in STEPS]
 
 
-def _rank(rank: int, world: int, port: int, directories: dict[str, str], out: str) -> None:
-    init_tensor_parallel(world, rank, f"tcp://127.0.0.1:{port}", timeout_s=60)
+def _rank(rank: int, world: int, init_method: str, directories: dict[str, str], out: str) -> None:
+    init_tensor_parallel(world, rank, init_method, timeout_s=60)
     try:
         results = {case: script_logits(directory) for case, directory in directories.items()}
         torch.save(results, Path(out) / f"rank{rank}.pt")
@@ -38,16 +37,10 @@ def _rank(rank: int, world: int, port: int, directories: dict[str, str], out: st
         destroy_tensor_parallel()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_ranks(world: int, directories: dict[str, str], out: Path, timeout_s: float = 240) -> list[dict]:
     """Each rank's {case: logits per step}; AssertionError when the ranks outlive timeout_s
     (a rank's exception is re-raised by torch.multiprocessing as ProcessRaisedException)."""
-    context = mp.start_processes(_rank, args=(world, _free_port(), directories, str(out)), nprocs=world,
+    context = mp.start_processes(_rank, args=(world, local_init_method(), directories, str(out)), nprocs=world,
                                  join=False, start_method="spawn")
     deadline = time.monotonic() + timeout_s
     while not context.join(timeout=max(0.0, deadline - time.monotonic())):

@@ -26,6 +26,24 @@ def test_reference_matches_fp64_formula(dtype):
     assert_close(new_x, _rms64(summed, w, 1e-5).to(dtype))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_reference_is_bitwise_hf_llama_rms_norm(dtype):
+    """The tokens-identical-to-HF guarantee rests on the same fp32 ops in the same order as HF's
+    LlamaRMSNorm (written out here as transformers does), strided rows included."""
+    x = torch.randn(9, 2 * 576, dtype=dtype)[:, :576]
+    w, res = torch.randn(576, dtype=dtype), torch.randn(9, 576, dtype=dtype)
+
+    def hf(h):
+        hf32 = h.float()
+        hf32 = hf32 * torch.rsqrt(hf32.pow(2).mean(-1, keepdim=True) + 1e-5)
+        return w * hf32.to(dtype)
+
+    assert torch.equal(ak.rms_norm(x, w, 1e-5), hf(x))
+    summed = (x.float() + res.float()).to(dtype)
+    new_x, new_res = ak.fused_add_rms_norm(x.contiguous(), res.clone(), w, 1e-5)
+    assert torch.equal(new_res, summed) and torch.equal(new_x, hf(summed))
+
+
 test_opcheck, test_compile = op_contract_tests({
     "rms_norm": lambda: [torch.empty(7, 576), torch.randn(7, 576), torch.randn(576), 1e-5],
     "fused_add_rms_norm": lambda: [torch.randn(7, 576), torch.randn(7, 576), torch.randn(576), 1e-5],

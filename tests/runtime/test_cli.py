@@ -4,6 +4,7 @@ exit status (the gate itself runs in tests/lowering/test_gate.py)."""
 from __future__ import annotations
 
 import re
+from types import SimpleNamespace
 
 import pytest
 
@@ -40,13 +41,41 @@ def test_generate_chat_and_quantize_flags(stub_llm, capsys):
     assert "1 requests" in capsys.readouterr().out
 
 
+def test_tensor_parallel_size_reaches_llm(stub_llm):
+    """The flag is parsed on generate and demo and handed to LLM (N > 1 itself runs in
+    tests/runtime/test_tensor_parallel_llm.py)."""
+    assert cli.main(["generate", "--prompt", "a", "--max-tokens", "2", "--tensor-parallel-size", "1"]) == 0
+    assert stub_llm["tensor_parallel_size"] == 1
+    for command in (["generate", "--prompt", "a"], ["demo"]):
+        assert cli.build_parser().parse_args(command + ["--tensor-parallel-size", "2"]).tensor_parallel_size == 2
+
+
 def test_demo_runs_chat_prompts(stub_llm, monkeypatch, capsys):
     from ascendkit.runtime import cli as runtime_cli
 
     monkeypatch.setattr(runtime_cli, "DEMO_PROMPTS", ["Hi", "Bye"])
     assert cli.main(["demo", "--max-tokens", "4"]) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert "### Hi" in out and "### Bye" in out and "2 requests" in out
+    assert err.startswith("compilation level 0 (eager)") and stub_llm["compilation_config"] == 0
+
+
+@pytest.mark.parametrize("level", [1, 3])
+def test_generate_prints_the_compile_line_to_stderr(monkeypatch, capsys, level):
+    """Routing only: the stub model has no weights to compile, so it runs eagerly and the engine's
+    model answers describe() as a CompiledModel would (tests/compilation checks the line itself)."""
+    real, line = llm_module.LLM, f"compilation level {level}: 1 compile(s), 0.0 s"
+
+    def fake(model, **kw):
+        assert kw.pop("compilation_config") == level
+        llm = real(stub_loaded(), block_size=4, num_kv_blocks=128, **dict(kw, max_model_len=256))
+        llm.engine.model = SimpleNamespace(describe=lambda: line)
+        return llm
+
+    monkeypatch.setattr(llm_module, "LLM", fake)
+    assert cli.main(["generate", "--prompt", "abc", "--max-tokens", "3", "--compilation-level", str(level)]) == 0
+    out, err = capsys.readouterr()
+    assert "tokens/s" in out and line not in out and err == line + "\n"
 
 
 @pytest.mark.slow

@@ -1,8 +1,9 @@
 """The decoder skeleton shared by the model zoo: token embedding (optionally scaled, Gemma),
 pre-norm decoder layers with vLLM's fused residual, final norm, LM head (tied or not, optional
 final logit soft-capping), and per-layer paged KV caches. Under tensor parallelism the embedding
-and the LM head are vocab-parallel and compute_logits gathers every rank's range of the logits,
-so each rank returns the whole vocabulary's logits.
+and the LM head are vocab-parallel (the vocabulary padded to a multiple of the group size, the
+padding rows zero) and compute_logits gathers every rank's range of the logits and trims the
+padding, so each rank returns the whole vocabulary's logits and sampling never sees a padded id.
 
 Parameter names follow HF checkpoints (model.embed_tokens.weight, model.layers.N.self_attn...,
 lm_head.weight); merged projections are resolved by the weight loader.
@@ -19,13 +20,13 @@ from ascendkit.model.layers.embedding import VocabParallelEmbedding
 from ascendkit.model.layers.linear import Linear, PackedWeight, float_linear, pack_weight
 from ascendkit.model.layers.norm import RMSNorm
 from ascendkit.model.layers.parallel_linear import ColumnParallelLinear
-from ascendkit.model.layers.partition import Share, split_evenly
+from ascendkit.model.layers.partition import Share, padded_split
 
 
 def vocab_share(config: ModelConfig) -> Share:
-    """This rank's range of the vocabulary: embedding rows and LM head rows alike, so a tied head
-    multiplies by exactly the rows it owns."""
-    return split_evenly(config.vocab_size, "vocab_size", tp_size(), tp_rank())
+    """This rank's range of the padded vocabulary: embedding rows and LM head rows alike, so a
+    tied head multiplies by exactly the rows it owns."""
+    return padded_split(config.vocab_size, tp_size(), tp_rank())
 
 
 class DecoderLayer(nn.Module):
@@ -89,7 +90,7 @@ class CausalLM(nn.Module):
         super().__init__()
         if tp_size() > 1 and not self.tensor_parallel:
             raise NotImplementedError(f"{config.architecture}: tensor parallelism is not implemented for this "
-                                      f"architecture (tensor_parallel_size {tp_size()}); it is for the Llama family")
+                                      f"architecture (tensor_parallel_size {tp_size()})")
         self.config = config
         self.lm_head = (None if config.tie_word_embeddings
                         else ColumnParallelLinear(config.hidden_size, [vocab_share(config)]))
@@ -106,6 +107,8 @@ class CausalLM(nn.Module):
         else:
             logits = self.lm_head(hidden)  # never W8A8 (model/loading/w8a8.py keeps it float)
         logits = all_gather(logits.float(), dim=-1)
+        if logits.shape[-1] != self.config.vocab_size:  # padded vocabulary (tensor parallelism)
+            logits = logits[:, :self.config.vocab_size].contiguous()
         cap = self.config.final_logit_softcapping
         return torch.tanh(logits / cap) * cap if cap else logits
 

@@ -1,5 +1,6 @@
 """DeepseekV2ForCausalLM: MLA attention; dense MLP for the first `first_k_dense_replace` layers,
-MoE (routed + shared experts) after, as in HF transformers 5."""
+MoE (routed + shared experts) after, as in HF transformers 5. Tensor-parallel: MLA by heads,
+dense MLPs and every expert by intermediate rows (layers/mla.py, layers/moe.py)."""
 from __future__ import annotations
 
 from ascendkit.model.architectures.base import CausalLM, DecoderLayer, DecoderModel
@@ -13,6 +14,7 @@ from ascendkit.model.layers.rotary import RotaryEmbedding
 
 class DeepseekV2ForCausalLM(CausalLM):
     family = "deepseek_v2"
+    tensor_parallel = True
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config)

@@ -1,7 +1,9 @@
 """Gemma3ForCausalLM (text): GeGLU MLP, (1 + w) RMSNorms before and after both attention and MLP,
 q/k norm, embeddings scaled by sqrt(hidden), softmax scale query_pre_attn_scalar ** -0.5, and
 per-layer attention: sliding-window layers use a local rope base, full layers the global one
-(with rope scaling, if any). LM head tied to the embeddings unless the checkpoint has one."""
+(with rope scaling, if any). LM head tied to the embeddings unless the checkpoint has one.
+Tensor parallel through the shared layers: heads split (a single KV head, as in gemma3-270m,
+replicated), the per-head q/k norms and the hidden-size norms whole on every rank."""
 from __future__ import annotations
 
 import torch
@@ -36,6 +38,7 @@ class SandwichDecoderLayer(DecoderLayer):
 
 class Gemma3ForCausalLM(CausalLM):
     family = "gemma3"
+    tensor_parallel = True
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config)

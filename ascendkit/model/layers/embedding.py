@@ -1,7 +1,9 @@
 """Vocab-parallel token embedding: each rank holds a contiguous range of the vocabulary's rows,
 looks up the ids in its range, writes zeros for the others, and an all-reduce sums the ranks'
 rows (exactly one rank contributes each token's row). The tied LM head multiplies by the same
-local rows, giving that rank's range of the logits."""
+local rows, giving that rank's range of the logits. With a padded share (partition.padded_split)
+the last rank's rows past the vocabulary are zero: no id looks them up, and their logits are
+trimmed after the gather."""
 from __future__ import annotations
 
 import torch

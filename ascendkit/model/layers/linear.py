@@ -3,8 +3,9 @@ projections (q/k/v, gate/up) into one matmul.
 
 Float: weight [N, K] in the model dtype, y = x·Wᵀ + b. On CPU fp32 with oneDNN, `prepack()` (run
        once after loading, by CausalLM.post_load) reorders the weight into oneDNN's blocked
-       layout: 1.2–2.7× faster than aten::mm on SmolLM2's decode shapes at 2 threads on AVX2,
-       about even at 1 thread except the LM head (bench/README.md). The packed copy sits beside
+       layout (weights of at least ONEDNN_MIN_WEIGHT_ELEMENTS; smaller ones lose to aten): 1.2–2.7×
+       faster than aten::mm on SmolLM2's decode shapes at 2 threads on AVX2, about even at 1
+       thread except the LM head (bench/README.md). The packed copy sits beside
        the weight (the weight stays the parameter state_dict and W8A8 conversion read); a weight
        replaced or changed in place after packing is not stale-read: forward falls back to the
        plain matmul until prepack() runs again (inference-mode weights carry no version
@@ -28,6 +29,14 @@ import ascendkit.ops as ak
 # 1 row and faster at 32 (the 49,152 × 576 LM head: 17 vs 22 ms).
 ONEDNN_ROWS_HINT = 32
 
+# oneDNN's linear rebuilds its primitive descriptor on every call (the primitive itself comes from
+# its cache): a fixed ~25–55 µs at 1 thread, against ~5 µs for aten's matmul, which only pays off
+# once the product is big enough. Measured at 32 rows, 1 thread (2026-11-23, loaded shared machine,
+# two runs): aten 1.2–3× faster up to 256 × 512 weights in both, at 576 × 576 (SmolLM2's smallest)
+# even in one and oneDNN 2.4× faster in the other. Smaller weights stay unpacked; every linear of
+# the embedded models is above the bound.
+ONEDNN_MIN_WEIGHT_ELEMENTS = 1 << 18
+
 
 @dataclass(frozen=True)
 class PackedWeight:
@@ -49,8 +58,10 @@ class PackedWeight:
 
 def pack_weight(weight: torch.Tensor) -> PackedWeight | None:
     """The oneDNN-packed copy of an fp32 CPU weight [N, K], or None where oneDNN cannot help: not
-    fp32 on CPU, torch built without oneDNN, or a CPU/build whose oneDNN refuses the reorder."""
-    if weight.device.type != "cpu" or weight.dtype != torch.float32 or not torch.backends.mkldnn.is_available():
+    fp32 on CPU, fewer than ONEDNN_MIN_WEIGHT_ELEMENTS elements, torch built without oneDNN, or a
+    CPU/build whose oneDNN refuses the reorder."""
+    if (weight.device.type != "cpu" or weight.dtype != torch.float32 or weight.numel() < ONEDNN_MIN_WEIGHT_ELEMENTS
+            or not torch.backends.mkldnn.is_available()):
         return None
     try:
         packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), ONEDNN_ROWS_HINT)

@@ -6,6 +6,12 @@ as HF's DeepSeek-V2) rotates q_pe and the single shared k_pe. The cache holds [k
 token. kv_b_proj's weight [H·(nope+v), L] splits into W_UK [H, nope, L] and W_UV [H, v, L]:
 attention runs in latent space with query [q_nope·W_UK | q_pe] and V = kv_c, and the [T, H, L]
 result is mapped back by W_UV before o_proj.
+
+Tensor parallelism (vLLM's scheme): the heads split over the ranks. q_proj / q_b_proj and
+kv_b_proj are column-parallel by heads, so a rank's absorbed W_UK / W_UV cover its heads only;
+q_a_proj and kv_a_proj_with_mqa (the latent and k_pe every head reads) and the norms are
+replicated, so every rank caches the full [kv_c | k_pe] latent of each token for its heads;
+o_proj is row-parallel (one all-reduce per layer).
 """
 from __future__ import annotations
 
@@ -13,9 +19,12 @@ import torch
 from torch import nn
 
 import ascendkit.ops as ak
+from ascendkit.distributed import tp_rank, tp_size
 from ascendkit.model.attention_metadata import AttentionMetadata
 from ascendkit.model.layers.linear import Linear
 from ascendkit.model.layers.norm import RMSNorm
+from ascendkit.model.layers.parallel_linear import ColumnParallelLinear, RowParallelLinear
+from ascendkit.model.layers.partition import split_evenly
 from ascendkit.model.layers.rotary import RotaryEmbedding
 
 # HF builds q_a_layernorm / kv_a_layernorm with DeepseekV2RMSNorm's default eps, not rms_norm_eps.
@@ -26,30 +35,33 @@ class MLAttention(nn.Module):
     def __init__(self, hidden_size: int, num_heads: int, q_lora_rank: int | None, kv_lora_rank: int,
                  qk_nope_head_dim: int, qk_rope_head_dim: int, v_head_dim: int, scale: float,
                  rotary: RotaryEmbedding, attention_bias: bool = False) -> None:
+        """num_heads: the model's total (num_attention_heads); the module keeps this rank's share."""
         super().__init__()
-        self.num_heads, self.kv_lora_rank = num_heads, kv_lora_rank
+        heads = split_evenly(num_heads, "num_attention_heads", tp_size(), tp_rank())
+        self.num_heads, self.kv_lora_rank = heads.count, kv_lora_rank
         self.nope_dim, self.rope_dim, self.v_dim = qk_nope_head_dim, qk_rope_head_dim, v_head_dim
         self.scale = scale
-        q_out = num_heads * (qk_nope_head_dim + qk_rope_head_dim)
+        q_rows = [heads.scaled(qk_nope_head_dim + qk_rope_head_dim)]
         if q_lora_rank is None:
-            self.q_proj = Linear(hidden_size, q_out)
+            self.q_proj = ColumnParallelLinear(hidden_size, q_rows)
         else:
             self.q_a_proj = Linear(hidden_size, q_lora_rank, bias=attention_bias)
             self.q_a_layernorm = RMSNorm(q_lora_rank, LATENT_NORM_EPS)
-            self.q_b_proj = Linear(q_lora_rank, q_out)
+            self.q_b_proj = ColumnParallelLinear(q_lora_rank, q_rows)
         self.kv_a_proj_with_mqa = Linear(hidden_size, kv_lora_rank + qk_rope_head_dim, bias=attention_bias)
         self.kv_a_layernorm = RMSNorm(kv_lora_rank, LATENT_NORM_EPS)
-        self.kv_b_proj = Linear(kv_lora_rank, num_heads * (qk_nope_head_dim + v_head_dim))
-        self.o_proj = Linear(num_heads * v_head_dim, hidden_size, bias=attention_bias)
+        self.kv_b_proj = ColumnParallelLinear(kv_lora_rank, [heads.scaled(qk_nope_head_dim + v_head_dim)])
+        self.o_proj = RowParallelLinear(heads.scaled(v_head_dim), hidden_size, bias=attention_bias)
         self.rotary = rotary
         self.kv_cache: torch.Tensor | None = None  # [num_blocks, block_size, kv_lora_rank + rope dim]
-        # Derived from kv_b_proj by absorb_weights(): W_UK [H, nope, L], W_UV [H, v, L]. Buffers, so
-        # .to(device) moves them; not persistent, so checkpoints keep only kv_b_proj.
+        # Derived from kv_b_proj by absorb_weights(): W_UK [H, nope, L], W_UV [H, v, L] for this rank's
+        # H heads. Buffers, so .to(device) moves them; not persistent, so checkpoints keep only kv_b_proj.
         self.register_buffer("w_uk", None, persistent=False)
         self.register_buffer("w_uv", None, persistent=False)
 
     def absorb_weights(self) -> None:
-        """Split kv_b_proj's (dequantized) weight into W_UK / W_UV; call after loading or quantizing."""
+        """Split kv_b_proj's (dequantized) weight [H·(nope+v), L] into W_UK [H, nope, L] and
+        W_UV [H, v, L], H this rank's heads; call after loading or quantizing."""
         w = self.kv_b_proj.dequantized_weight(self.kv_a_layernorm.weight.dtype)
         w = w.view(self.num_heads, self.nope_dim + self.v_dim, self.kv_lora_rank)
         self.w_uk = w[:, : self.nope_dim].contiguous()

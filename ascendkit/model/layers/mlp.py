@@ -1,6 +1,7 @@
 """Gated MLP: down(act(gate(x)) * up(x)) with gate/up merged into one matmul; act is SiLU
 (SwiGLU, Llama family) or tanh-approximated GELU (GeGLU, Gemma). Under tensor parallelism each
-rank holds a range of the intermediate rows (gate_up column-parallel, down row-parallel)."""
+rank holds a range of the intermediate rows (gate_up column-parallel, down row-parallel; MoE
+experts skip down's all-reduce and reduce their sum once)."""
 from __future__ import annotations
 
 import torch
@@ -16,14 +17,17 @@ ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh"}
 
 
 class GatedMLP(nn.Module):
-    def __init__(self, hidden_size: int, intermediate_size: int, bias: bool = False, hidden_act: str = "silu") -> None:
-        """hidden_act: HF spelling, a key of ACTIVATIONS ("silu", "gelu_pytorch_tanh")."""
+    def __init__(self, hidden_size: int, intermediate_size: int, bias: bool = False, hidden_act: str = "silu",
+                 size_field: str = "intermediate_size", reduce_results: bool = True) -> None:
+        """hidden_act: HF spelling, a key of ACTIVATIONS ("silu", "gelu_pytorch_tanh"). size_field:
+        the config field intermediate_size came from, named when it does not split over the ranks.
+        reduce_results=False: forward returns this rank's partial sum (see RowParallelLinear)."""
         super().__init__()
         self.act_and_mul = getattr(ak, f"{ACTIVATIONS[hidden_act]}_and_mul")
-        rows = split_evenly(intermediate_size, "intermediate_size", tp_size(), tp_rank())
+        rows = split_evenly(intermediate_size, size_field, tp_size(), tp_rank())
         self.gate_up_proj = ColumnParallelLinear(hidden_size, [rows, rows], bias=bias,
                                                  shard_names=["gate_proj", "up_proj"])
-        self.down_proj = RowParallelLinear(rows, hidden_size, bias=bias)
+        self.down_proj = RowParallelLinear(rows, hidden_size, bias=bias, reduce_results=reduce_results)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [T, hidden] -> [T, hidden]. The activation op runs unvalidated: its input is this

@@ -3,6 +3,11 @@ torch loop over the experts hit, plus always-on shared experts.
 
 Matches HF transformers 5's DeepseekV2Moe: router logits and softmax in fp32, top-k weights NOT
 renormalised (V2 ignores norm_topk_prob), scaled by routed_scaling_factor.
+
+Tensor parallelism (vLLM's default for MoE, no expert parallelism): every rank holds a slice of
+every expert's intermediate rows (and of the shared experts'), the router whole. Each rank routes
+the same tokens to the same experts, sums its experts' and shared experts' partial outputs, and
+one all-reduce per layer completes them.
 """
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ascendkit.distributed import all_reduce
 from ascendkit.model.layers.mlp import GatedMLP
 
 
@@ -29,8 +35,11 @@ class MoE(nn.Module):
         self.top_k, self.scaling = top_k, routed_scaling_factor
         self.topk_method, self.n_group, self.topk_group = topk_method, n_group, topk_group
         self.gate = Router(hidden_size, num_experts)
-        self.experts = nn.ModuleList([GatedMLP(hidden_size, moe_intermediate_size) for _ in range(num_experts)])
-        self.shared_experts = (GatedMLP(hidden_size, moe_intermediate_size * num_shared_experts)
+        # Partial outputs (reduce_results=False): forward all-reduces their sum once.
+        self.experts = nn.ModuleList([GatedMLP(hidden_size, moe_intermediate_size, size_field="moe_intermediate_size",
+                                               reduce_results=False) for _ in range(num_experts)])
+        self.shared_experts = (GatedMLP(hidden_size, moe_intermediate_size * num_shared_experts,
+                                        size_field="moe_intermediate_size * n_shared_experts", reduce_results=False)
                                if num_shared_experts else None)
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -47,7 +56,7 @@ class MoE(nn.Module):
         return weights * self.scaling, ids
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x [T, hidden] -> [T, hidden]."""
+        """x [T, hidden] -> [T, hidden], the same on every rank."""
         weights, ids = self.route(x)
         out = torch.zeros_like(x)
         for expert_id in ids.unique().tolist():
@@ -56,4 +65,4 @@ class MoE(nn.Module):
             out.index_add_(0, token, y.to(x.dtype))
         if self.shared_experts is not None:
             out = out + self.shared_experts(x)
-        return out
+        return all_reduce(out)

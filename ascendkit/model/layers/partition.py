@@ -1,13 +1,15 @@
 """How a layer's heads, rows and vocabulary divide over the tensor-parallel group: each rank's
 share is a contiguous range of the whole. A count that cannot be divided is a ValueError naming
-the config field it came from."""
+the config field it came from, except the vocabulary, which is padded (vLLM's way) so that any
+vocab_size splits."""
 from __future__ import annotations
 
 from typing import NamedTuple
 
 
 class Share(NamedTuple):
-    """This rank's part of a dimension: `count` items from `start`, out of `total`."""
+    """This rank's part of a dimension: `count` items from `start`, out of `total`. In a padded
+    share (padded_split) start + count may pass `total`: the items from `total` on are padding."""
     count: int
     start: int
     total: int
@@ -35,3 +37,11 @@ def kv_head_share(num_kv_heads: int, field: str, size: int, rank: int) -> Share:
         raise ValueError(f"{field}: {num_kv_heads} KV heads cannot be replicated evenly over "
                          f"tensor_parallel_size {size} (it must be a multiple of them)")
     return Share(1, rank // (size // num_kv_heads), num_kv_heads)
+
+
+def padded_split(total: int, size: int, rank: int) -> Share:
+    """Rank `rank`'s part of `total` items padded up to a multiple of `size`: every rank holds
+    ceil(total / size) items, and the last ranks' items from `total` on are padding (the loader
+    zero-fills them; the vocabulary's padded logits are trimmed after gathering)."""
+    count = -(-total // size)
+    return Share(count, rank * count, total)

@@ -1,6 +1,7 @@
 """GGUF files (llama.cpp; architectures llama and gemma3): config and tensors in HF layout.
 
-Tensors are dequantized one at a time with the gguf package. For llama, llama.cpp's converter
+Tensors are dequantized one at a time with the gguf package, each only as far as the part a
+tensor-parallel rank keeps (GGUFTensor.dequantize). For llama, llama.cpp's converter
 permutes the rows of attn_q / attn_k so that rope rotates interleaved pairs; HF (and our neox
 rope) rotate halves, so those rows are permuted back. attn_v is not permuted. For gemma3 nothing
 is permuted, but every norm weight is stored as 1 + w (HF's checkpoints hold w), so 1 is
@@ -21,7 +22,7 @@ import torch
 
 from ascendkit.model.architectures.model_config import ModelConfig
 from ascendkit.model.loading.config import parse_config
-from ascendkit.model.loading.gguf_reader import read_gguf
+from ascendkit.model.loading.gguf_reader import GGUFTensor, read_gguf
 
 _LAYER_NAMES = {
     "attn_norm": "input_layernorm",
@@ -92,26 +93,45 @@ class GGUFFile:
         }
         return parse_config(raw, self.path)
 
-    def tensors(self, dtype: torch.dtype) -> Iterator[tuple[str, str, torch.Tensor]]:
-        """(file, HF name, tensor in `dtype`) for every tensor, dequantized one at a time."""
-        import gguf
-
+    def tensors(self) -> Iterator[tuple[str, str, GGUFCheckpointTensor]]:
+        """(file, HF name, unread tensor in HF's layout) for every tensor."""
         cfg = self.config()
+        permuted = ({"q_proj.weight": cfg.num_attention_heads, "k_proj.weight": cfg.num_key_value_heads}
+                    if self.arch == "llama" else {})
         for t in self.gguf_tensors:
             name = _hf_name(t.name, self.layer_names)
-            try:
-                array = gguf.quants.dequantize(t.data, t.tensor_type)
-            except Exception as exc:
-                raise ValueError(f"{self.path}: tensor {t.name!r} cannot be dequantized ({exc})") from exc
-            if tuple(array.shape) != t.shape:
-                raise ValueError(f"{self.path}: tensor {t.name!r} has data shaped {array.shape}, header says {t.shape}")
-            if self.arch == "gemma3" and name.endswith("norm.weight"):
-                array = array - 1.0  # stored as 1 + w
-            elif self.arch == "llama" and name.endswith("q_proj.weight"):
-                array = _unpermute(array, cfg.num_attention_heads)
-            elif self.arch == "llama" and name.endswith("k_proj.weight"):
-                array = _unpermute(array, cfg.num_key_value_heads)
-            yield self.path, name, torch.tensor(array, dtype=dtype)  # copies out of the read-only memmap
+            norm = self.arch == "gemma3" and name.endswith("norm.weight")
+            heads = permuted.get(name.rpartition(".self_attn.")[2], 0)
+            yield self.path, name, GGUFCheckpointTensor(self.path, t, heads, norm)
+
+
+class GGUFCheckpointTensor:
+    """One GGUF tensor as HF holds it (checkpoint.CheckpointTensor): llama's q/k rows permuted
+    back, gemma3's norms less 1. A part is dequantized from its own rows or blocks; a part of
+    permuted q/k rows is read alone only when it is whole heads (the permutation stays within a
+    head), else the whole tensor is read and narrowed."""
+
+    def __init__(self, path: str, tensor: GGUFTensor, permuted_heads: int, norm: bool) -> None:
+        """permuted_heads: llama.cpp's head count of a q/k weight whose rows to permute back, 0 for none."""
+        self.path, self.tensor, self.shape = path, tensor, tensor.shape
+        self.permuted_heads, self.norm = permuted_heads, norm
+
+    def read(self, part: tuple[int, int, int] | None) -> torch.Tensor:
+        head_rows = self.shape[0] // self.permuted_heads if self.permuted_heads else 1
+        if part is not None and part[0] == 0 and (part[1] % head_rows or part[2] % head_rows):
+            return self.read(None).narrow(*part)
+        try:
+            array = self.tensor.dequantize(part)
+        except Exception as exc:
+            raise ValueError(f"{self.path}: tensor {self.tensor.name!r} cannot be dequantized ({exc})") from exc
+        if part is None and tuple(array.shape) != self.shape:
+            raise ValueError(f"{self.path}: tensor {self.tensor.name!r} has data shaped {array.shape}, "
+                             f"header says {self.shape}")
+        if self.norm:
+            array = array - 1.0  # stored as 1 + w
+        elif self.permuted_heads:
+            array = _unpermute(array, array.shape[0] // head_rows)
+        return torch.from_numpy(np.array(array, dtype=np.float32))  # copies out of the read-only memmap
 
 
 def _rope_scaling(m: dict[str, Any], p: str) -> dict | None:

@@ -5,8 +5,9 @@ gguf.GGUFReader builds numpy views for every element of every metadata array, wh
 on Gemma 3's 262k-token vocabulary (~4 s on SmolLM2's); here numeric arrays are one frombuffer
 and strings one struct read each (~0.3 s). Values come back as gguf's `field.contents()` gives
 them (str, int, float, bool, lists); tensor data has GGUFReader's layout (element arrays for
-float/int types, uint8 rows for block-quantized ones), so `gguf.quants.dequantize` takes it.
-Little-endian GGUF v2/v3 only.
+float/int types, uint8 rows for block-quantized ones), so `gguf.quants.dequantize` takes it;
+`GGUFTensor.dequantize` can dequantize a part of a tensor (a tensor-parallel rank's rows or
+columns) from the bytes of that part alone. Little-endian GGUF v2/v3 only.
 """
 from __future__ import annotations
 
@@ -39,6 +40,26 @@ class GGUFTensor:
     tensor_type: GGMLQuantizationType
     shape: tuple[int, ...]  # numpy order (slowest dim first), i.e. GGUF's dims reversed
     data: np.ndarray  # elements [*shape], or uint8 [*shape[:-1], bytes per row] when quantized
+
+    def dequantize(self, part: tuple[int, int, int] | None = None) -> np.ndarray:
+        """The tensor as float32 [*shape] (part None), or `length` entries from `start` along `dim`
+        (part = (dim, start, length)), dequantizing only what the part needs: whole rows (any dim
+        but the last, and every dim of an element type) slice the stored data first; a column
+        range of block-quantized rows slices bytes when it is block-aligned, and otherwise
+        dequantizes the rows and then narrows."""
+        import gguf
+
+        data = self.data
+        if part is not None:
+            dim, start, length = part
+            block, block_bytes = GGML_QUANT_SIZES[self.tensor_type]
+            if self.tensor_type in _ELEMENT_DTYPES or dim < len(self.shape) - 1:
+                data = data[(slice(None),) * dim + (slice(start, start + length),)]
+            elif start % block == 0 and length % block == 0:
+                data = data[..., start // block * block_bytes: (start + length) // block * block_bytes]
+            else:
+                return gguf.quants.dequantize(data, self.tensor_type)[..., start: start + length]
+        return gguf.quants.dequantize(np.ascontiguousarray(data), self.tensor_type)
 
 
 class _Cursor:

@@ -1,6 +1,10 @@
 """W8A8: int8 per-channel weights for every Linear except the LM head, with a dynamic (per-token)
 or static (calibrated per-tensor) int8 activation scale; save/load in the compressed-tensors
 "int-quantized" layout (`<layer>.weight` int8 [N, K], `.weight_scale` [N, 1], `.input_scale` [1]).
+Under tensor parallelism a checkpoint's int8 weights shard like float ones (parallel_linear.py:
+per-channel scales follow a column-parallel layer's rows and stay whole in a row-parallel one;
+static input scales stay whole); quantize_w8a8 on a rank quantizes its own shard, so a
+row-parallel layer's per-channel scales span only the rank's columns.
 """
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
+from ascendkit.distributed import tp_size
 from ascendkit.model.layers.linear import Linear
 
 
@@ -113,6 +118,9 @@ def prepare_w8a8_shells(model: nn.Module, tensor_names: set[str]) -> None:
 def save_w8a8(model: nn.Module, directory: str | Path, raw_config: dict) -> None:
     """Write config.json (+ quantization_config) and model.safetensors with merged projections
     split back into their HF names. The model must be quantized by quantize_w8a8."""
+    if tp_size() > 1:  # a rank holds a shard: saving it would write a wrong-shaped checkpoint
+        raise NotImplementedError(f"save_w8a8: a tensor-parallel rank (tensor_parallel_size {tp_size()}) holds only its "
+                                  "shard; save from a process outside any tensor-parallel group")
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     linears = dict(_linears(model))

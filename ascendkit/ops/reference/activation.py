@@ -9,11 +9,12 @@ import torch.nn.functional as F
 
 def _gated(out: torch.Tensor, input: torch.Tensor, act: Callable[[torch.Tensor], torch.Tensor]) -> None:
     d = input.shape[-1] // 2
-    gate, up = input[..., :d].float(), input[..., d:].float()
-    if out.dtype == torch.float32:  # write straight into out: no product temporary, no copy
+    gate, up = input[..., :d], input[..., d:]
+    if input.dtype == out.dtype == torch.float32:
+        # the CPU production path: straight into out, no casts, no product temporary, no copy
         torch.mul(act(gate), up, out=out)
     else:
-        out.copy_(act(gate) * up)
+        out.copy_(act(gate.float()) * up.float())
 
 
 def silu_and_mul(out: torch.Tensor, input: torch.Tensor) -> None:

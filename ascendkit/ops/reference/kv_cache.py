@@ -12,14 +12,20 @@ def _block_and_offset(slot_mapping: torch.Tensor, num_blocks: int,
     return valid, slots // block_size, slots % block_size
 
 
+def _all_in_range(slot_mapping: torch.Tensor, limit: int) -> bool:
+    """Every slot in [0, limit), from one reduction pass (aminmax, not min and max)."""
+    low, high = torch.aminmax(slot_mapping)
+    return int(low) >= 0 and int(high) < limit
+
+
 def reshape_and_cache_flash(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                             slot_mapping: torch.Tensor, kv_cache_dtype: str, k_scale: torch.Tensor,
                             v_scale: torch.Tensor) -> None:
     # kv_cache_dtype "auto" (the only one accepted): stored as is, the scales are unused.
     tokens = slot_mapping.shape[0]
     num_blocks, block_size = key_cache.shape[:2]
-    if (tokens and key_cache.is_contiguous() and value_cache.is_contiguous() and int(slot_mapping.min()) >= 0
-            and int(slot_mapping.max()) < num_blocks * block_size):
+    contiguous = key_cache.is_contiguous() and value_cache.is_contiguous()
+    if tokens and contiguous and _all_in_range(slot_mapping, num_blocks * block_size):
         # Every slot valid (every decode step of a real batch): one index_copy_ per cache into its
         # [slots, KVH, D] view instead of nonzero + index_select + two-index put (~2x less time).
         slots = slot_mapping.long()
