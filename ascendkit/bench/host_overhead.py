@@ -5,7 +5,11 @@ preparation (token/position/slot tensors, block tables, the step's metadata vali
 host-to-device copies), the decode graph runner's buffer updates (NPU/CUDA only: CPU runs
 decode unpadded, with no graph runner), sampling over the real vocabulary, and the engine's bookkeeping
 (advancing sequences, KV commit, appending tokens, stop checks). Batches of 1, 32 and 256
-sequences, greedy and top-p sampling.
+sequences; greedy, and temperature 0.8 + top-p 0.95 on two kinds of logits: the stub's standard
+normal ones (flat: the nucleus holds ~32,000 of 49,152 tokens, the sampler's worst case) and the
+same scaled by PEAKED (nuclei of 1 to ~150 tokens, median ~40; SmolLM2-135M's own logits on chat
+prompts: median ~7, 10 % past 128, up to ~660), the last also with repetition and frequency
+penalties.
 
 `--forward hollow [--compilation-level N]` swaps the stub for the hollow model
 (bench/hollow_model.py: the default model's 30 layers at widths where arithmetic is negligible),
@@ -31,7 +35,11 @@ from ascendkit.bench.stub_model import StubModel
 QUICK = {"batch_sizes": [1, 4], "steps": 3}
 PROMPT_LEN = 32
 BLOCK_SIZE = 16
-MODES = {"greedy": {"temperature": 0.0}, "top_p": {"temperature": 0.8, "top_p": 0.95}}
+PEAKED = 4.5
+TOP_P = {"temperature": 0.8, "top_p": 0.95}
+# mode -> (SamplingParams fields, scale of the stub's standard normal logits)
+MODES = {"greedy": ({"temperature": 0.0}, 1.0), "top_p": (TOP_P, 1.0), "top_p_peaked": (TOP_P, PEAKED),
+         "top_p_peaked_penalties": ({**TOP_P, "repetition_penalty": 1.1, "frequency_penalty": 0.1}, PEAKED)}
 
 
 class _Clock:
@@ -92,7 +100,8 @@ def measure(model, batch: int, steps: int, mode: str, device: torch.device, comp
     engine.runner.prepare = clock.wrap("prepare", engine.runner.prepare)
     engine.runner.sampler = clock.wrap("sample", engine.runner.sampler)
     engine.runner.execute = clock.wrap("execute", engine.runner.execute)
-    params = SamplingParams(max_tokens=steps + 3, ignore_eos=True, seed=None, **MODES[mode])
+    fields, _ = MODES[mode]
+    params = SamplingParams(max_tokens=steps + 3, ignore_eos=True, seed=None, **fields)
     gen = torch.Generator().manual_seed(batch)
     vocab_size = model.config.vocab_size if hollow else model.vocab_size
     prompts = torch.randint(100, vocab_size, (batch, PROMPT_LEN), generator=gen).tolist()
@@ -134,7 +143,11 @@ def run(batch_sizes: list[int], steps: int, out_dir: Path, forward: str = "stub"
             continue
         stub = StubModel(max(batch * PROMPT_LEN, 512), vocab_size=config.vocab_size, hidden_size=config.hidden_size,
                          free=True, device=device)
-        rows += [measure(stub, batch, steps, mode, device) for mode in MODES]
+        normal = stub.logits
+        for mode, (_, scale) in MODES.items():
+            stub.logits = normal * scale if scale != 1 else normal
+            rows.append(measure(stub, batch, steps, mode, device))
+        stub.logits = normal
     payload = {"benchmark": "host", "forward": forward, "compilation_level": compilation_level,
                "stub": {"hidden_size": config.hidden_size, "vocab_size": config.vocab_size},
                "prompt_len": PROMPT_LEN, "rows": rows}

@@ -3,7 +3,7 @@ position), so a row's noise depends only on its own request and never on the bat
 
 The hash is murmur3's 32-bit finaliser (two xor-shift-multiply rounds), written on int32 with
 wrapping multiplies; right shifts are masked so the arithmetic shift of a negative int32 acts as
-a logical one. ascendkit/ops/reference/sampling.py derives its one uniform per row from the same
+a logical one. ascendkit/ops/reference/_sampling_draw.py derives its one uniform per row from the same
 row key (computed in int64, masked to 32 bits) but draws by inverse CDF, not Gumbel-max.
 """
 import triton

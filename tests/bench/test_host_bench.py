@@ -6,6 +6,7 @@ import json
 import pytest
 
 from ascendkit.bench.hollow_model import HOLLOW_WIDTHS, hollow_model
+from ascendkit.bench.host_overhead import MODES
 from ascendkit.cli import main
 
 STAGES = ("schedule_us", "prepare_us", "model_us", "sample_us", "bookkeeping_us")
@@ -14,7 +15,8 @@ STAGES = ("schedule_us", "prepare_us", "model_us", "sample_us", "bookkeeping_us"
 def test_host_quick_reports_every_stage(tmp_path, capsys):
     assert main(["bench", "host", "--quick", "--out", str(tmp_path)]) == 0
     record = json.loads((tmp_path / "host.json").read_text())
-    assert {(r["batch"], r["mode"]) for r in record["rows"]} == {(b, m) for b in (1, 4) for m in ("greedy", "top_p")}
+    assert {(r["batch"], r["mode"]) for r in record["rows"]} == {(b, m) for b in (1, 4) for m in MODES}
+    assert {"greedy", "top_p", "top_p_peaked", "top_p_peaked_penalties"} <= set(MODES)
     for row in record["rows"]:
         assert row["step_us"] > 0 and row["per_token_us"] > 0 and row["steps"] == 3
         assert all(stage in row for stage in STAGES) and row["forward_us"] is None

@@ -2,74 +2,20 @@
 (chi-square), never a filtered token, the tie rule, batch-independent seeds, penalties and
 logprobs vs independent formulas, opcheck / torch.compile on both paths, bad inputs.
 (Triton kernels vs references: tests/kernels/test_sampling.py.)"""
-import math
-
 import pytest
 import torch
 
 import ascendkit.ops as ak
 from opchecks import op_contract_tests, raises_naming
+from ops._sampling import SETTINGS, check_distribution, draw
 
 OPS = torch.ops.ascend
 I32, I64 = torch.int32, torch.int64
-# Fixed seeds make every test deterministic; the chi-square bound is the 1 - 1e-4 quantile, so a
-# correct sampler fails a given (distribution, seed set) with probability 1e-4.
-Z_1E4 = 3.719
-
-
-def _chi2_bound(df: int) -> float:
-    """Wilson-Hilferty approximation of the chi-square quantile at 1 - 1e-4."""
-    a = 2 / (9 * df)
-    return df * (1 - a + Z_1E4 * math.sqrt(a)) ** 3
-
-
-def _filtered(probs: list[float], top_k: int, top_p: float, min_p: float) -> list[float]:
-    """The exact target distribution by sorting (independent of the ops): keep a token when fewer
-    than k tokens are strictly above it, when the mass strictly above it (within top-k) is at most
-    top_p of the top-k mass, and when p >= min_p * max p."""
-    keep = []
-    for p in probs:
-        above = [q for q in probs if q > p]
-        keep.append(top_k == 0 or len(above) < top_k)
-    mass = sum(p for p, k in zip(probs, keep) if k)
-    keep = [k and sum(q for q, kq in zip(probs, keep) if kq and q > p) <= top_p * mass and p >= min_p * max(probs)
-            for p, k in zip(probs, keep)]
-    total = sum(p for p, k in zip(probs, keep) if k)
-    return [p / total if k else 0.0 for p, k in zip(probs, keep)]
-
-
-def _draw(logits: torch.Tensor, n: int, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, step=0) -> torch.Tensor:
-    """n draws (seeds 0..n-1) from one row of logits processed once: filtering is row-local and
-    deterministic (tests/kernels/test_sampling.py checks it batched), so only the draws need n
-    rows — under the Triton interpreter, filtering a row costs ~20 draws."""
-    row = logits.reshape(1, -1).clone()
-    one = lambda v, dtype=torch.float32: torch.tensor([v], dtype=dtype)  # noqa: E731
-    ak.process_logits(row, one(temperature), one(top_k, I32), one(top_p), one(min_p))
-    full = lambda v, dtype=torch.float32: torch.full((n,), v, dtype=dtype)  # noqa: E731
-    return ak.sample_tokens(row.expand(n, -1).contiguous(), full(temperature), torch.arange(n, dtype=I64),
-                            full(step, I64))
-
-
-PROBS = [0.3, 0.2, 0.15, 0.12, 0.1, 0.07, 0.04, 0.02]
-SETTINGS = [dict(), dict(top_k=3), dict(top_p=0.6), dict(min_p=0.3), dict(top_k=5, top_p=0.7),
-            dict(top_k=6, top_p=0.9, min_p=0.2), dict(temperature=0.7, top_p=0.8)]
-
-
-def _check_distribution(setting: dict, n: int) -> None:
-    logits = torch.tensor(PROBS).log()
-    temperature = setting.get("temperature", 1.0)
-    probs = torch.softmax(logits / temperature, 0).tolist()
-    target = _filtered(probs, setting.get("top_k", 0), setting.get("top_p", 1.0), setting.get("min_p", 0.0))
-    counts = torch.bincount(_draw(logits, n, **setting).long(), minlength=len(PROBS)).tolist()
-    assert all(c == 0 for c, t in zip(counts, target) if t == 0), (counts, target)  # never a filtered token
-    kept = [(c, t * n) for c, t in zip(counts, target) if t > 0]
-    chi2 = sum((c - e) ** 2 / e for c, e in kept)
-    assert chi2 < _chi2_bound(max(1, len(kept) - 1)), (counts, target)
 
 
 @pytest.mark.parametrize("setting", SETTINGS, ids=str)
 def test_distribution_matches_filtered(setting):
-    _check_distribution(setting, 20000)
+    check_distribution(setting, 20000)
 
 
 @pytest.mark.slow
@@ -79,7 +25,7 @@ def test_distribution_matches_filtered_triton(setting, triton_path):
     # (a few ms each under the interpreter once the row is filtered); the bound holds for any n,
     # so a correct kernel still fails a setting with probability 1e-4; n = 1000 expects >= 70
     # draws per kept token.
-    _check_distribution(setting, 1000)
+    check_distribution(setting, 1000)
 
 
 def test_filtered_tokens_never_sampled_large_vocab():
@@ -119,7 +65,7 @@ def test_greedy_rows_take_argmax_and_stay_raw():
 def test_same_seed_same_tokens_in_any_batch(batch):
     vocab = 300
     target = torch.randn(vocab) * 2
-    alone = [int(_draw(target[None], 1, temperature=0.9, top_p=0.95, step=s)[0]) for s in range(4)]
+    alone = [int(draw(target[None], 1, temperature=0.9, top_p=0.95, step=s)[0]) for s in range(4)]
     generator = torch.Generator().manual_seed(batch)
     for step in range(4):
         logits = torch.randn(batch, vocab, generator=generator) * 2
@@ -135,8 +81,8 @@ def test_same_seed_same_tokens_in_any_batch(batch):
         assert int(tokens[at]) == alone[step]
 
 
-def test_seeds_and_steps_change_the_draw():
-    draws = {tuple(_draw(torch.zeros(1, 1000), 1, step=s).tolist()) for s in range(20)}
+def test_seeds_and_steps_change_thedraw():
+    draws = {tuple(draw(torch.zeros(1, 1000), 1, step=s).tolist()) for s in range(20)}
     assert len(draws) > 15
 
 
