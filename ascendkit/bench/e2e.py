@@ -14,7 +14,7 @@ seconds spent in the backend are reported beside the table and in the JSON (`com
 
 With a tensor-parallel size N > 1, ours runs on N spawned ranks, and the bytes rank 0's
 collectives move are reported: per decode step of the whole batch (the difference between two
-untimed calls generating 3 and 2 tokens from the same, by then prefix-cached, prompts: exactly
+untimed calls generating 3 and 2 tokens from the same prompts, whose prefills move the same bytes: exactly
 one decode step apart) and per output token of the timed run (prefill included).
 """
 from __future__ import annotations
@@ -127,7 +127,7 @@ def collective_traffic(llm, prompts: list[list[int]], timed: dict[str, int], out
     from ascendkit.runtime import SamplingParams
 
     moved = []
-    for max_tokens in (2, 3):  # the same prefill (cached prompts), then 1 and 2 decode steps
+    for max_tokens in (2, 3):  # the same prefill, then 1 and 2 decode steps
         llm.generate(prompts, SamplingParams(max_tokens=max_tokens, ignore_eos=True), use_tqdm=False)
         moved.append(llm.last_stats.collective_bytes)
     return {"batch": len(prompts), "per_decode_step": {k: moved[1][k] - moved[0][k] for k in moved[0]},
@@ -151,9 +151,11 @@ def run(model: str, num_prompts: int, input_len: int, output_len: int, dtype: st
     from ascendkit.runtime import LLM
 
     path = model_path(model)
+    # No prefix cache: the greedy run beside a sampled one repeats the same prompts, and a cache hit
+    # would skip its prefill (the peers have no such cache), so every run starts cold.
     llm = LLM(model=model, dtype=DTYPES[dtype], max_num_seqs=num_prompts,
               max_num_batched_tokens=max(num_prompts * input_len, 512), compilation_config=compilation_level,
-              tensor_parallel_size=tensor_parallel_size)
+              tensor_parallel_size=tensor_parallel_size, enable_prefix_caching=False)
     params = llm.num_parameters
     prompts = synthetic_prompts(num_prompts, input_len, llm.model_config.vocab_size)
     sampled = temperature > 0

@@ -48,12 +48,15 @@ class AscendBackend:
     def _inductor(self, gm: fx.GraphModule, example_inputs: list) -> Callable:
         if self.device_type == "cpu":
             decompose_to_references(gm)
+        import torch._inductor.config as inductor_config
         from torch._inductor.compile_fx import compile_fx
         from torch._inductor.runtime.cache_dir_utils import temporary_cache_dir
 
         # Inductor reads its cache location from the environment; this sets it for this compile
-        # only and drops the in-memory caches keyed on the old one
-        with temporary_cache_dir(self.config.cache_dir):
+        # only and drops the in-memory caches keyed on the old one. On CPU the weights are frozen:
+        # Inductor folds them in as constants and prepacks the linears for oneDNN (measured on
+        # SmolLM2 at 32 prompts: level 2 went from 0.83x to 1.04x level 0's throughput).
+        with temporary_cache_dir(self.config.cache_dir), inductor_config.patch(freezing=self.device_type == "cpu"):
             return compile_fx(gm, example_inputs)
 
     def _piecewise(self, gm: fx.GraphModule) -> Callable:
