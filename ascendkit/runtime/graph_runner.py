@@ -14,10 +14,11 @@ captured is the RuntimeModel call model(input_ids, positions, attn_metadata).
 from __future__ import annotations
 
 import bisect
+import functools
 
 import torch
 
-from ascendkit import platform
+from ascendkit.compilation.piece_capture import DeviceGraph, TorchDeviceGraphs
 from ascendkit.model.attention_metadata import AttentionMetadata
 from ascendkit.runtime.model_interface import RuntimeModel
 
@@ -44,7 +45,7 @@ class GraphRunner:
         self.block_tables = torch.full((size, width), -1, dtype=torch.int32, device=device)
         self.seqused_k = torch.zeros(size, dtype=torch.int32, device=device)
         self.cu_seqlens_q = torch.arange(size + 1, dtype=torch.int32, device=device)
-        self.graphs: dict[int, object] = {}
+        self.graphs: dict[int, DeviceGraph] = {}
         self.outputs: dict[int, torch.Tensor] = {}
         if capture:
             self._capture_all()
@@ -85,17 +86,13 @@ class GraphRunner:
     def _capture_all(self) -> None:
         """Capture every bucket, largest first, sharing one memory pool. The buffers hold padding
         (slot -1, seqused_k 0) while capturing, so warm-up and capture write no KV."""
-        backend = getattr(torch, self.device.type)  # torch.npu (torch_npu) or torch.cuda
-        graph_cls = platform.device_graph_type(self.device.type)
-        pool = None
+        new_graph = TorchDeviceGraphs(self.device.type)  # NPUGraph / CUDAGraph, one shared pool
         width = self.block_tables.shape[1]
         for size in reversed(self.buckets):
             meta = self._meta(size, self.max_model_len, width)
-            self.model(self.input_ids[:size], self.positions[:size], meta)  # compiles kernels outside capture
-            backend.synchronize()
-            graph = graph_cls()
-            with backend.graph(graph, pool=pool):
-                self.outputs[size] = self.model(self.input_ids[:size], self.positions[:size], meta)
-            pool = graph.pool()
+            step = functools.partial(self.model, self.input_ids[:size], self.positions[:size], meta)
+            step()  # compiles kernels outside capture
+            graph = new_graph()
+            self.outputs[size] = graph.capture(step)
             self.graphs[size] = graph
-        backend.synchronize()
+        getattr(torch, self.device.type).synchronize()  # every capture done before the first replay
