@@ -12,6 +12,7 @@ from torch import fx
 
 from ascendkit.compilation.config import CompilationConfig, CompilationLevel
 from ascendkit.compilation.decompose import decompose_to_references
+from ascendkit.compilation.freeze import lift_parameters, taking_kept_inputs
 from ascendkit.compilation.piece_capture import CapturedPiece, CaptureSpec
 from ascendkit.compilation.piece_signature import PieceSignature
 from ascendkit.compilation.piecewise import SplitGraph, example_inputs, install, split_graph, token_symbol
@@ -39,13 +40,19 @@ class AscendBackend:
         if self.config.level == CompilationLevel.PIECEWISE:
             compiled = self._piecewise(gm)
         elif self.config.use_inductor:
-            compiled = self._inductor(gm, example_inputs)
+            compiled = self._inductor(gm, example_inputs, freeze=self.device_type == "cpu")
         else:
             compiled = gm.forward
         self.compile_seconds.append(time.perf_counter() - start)
         return compiled
 
-    def _inductor(self, gm: fx.GraphModule, example_inputs: list) -> Callable:
+    def _inductor(self, gm: fx.GraphModule, example_inputs: list, freeze: bool = False) -> Callable:
+        """freeze: fold the weights in as constants (freeze.py); example_inputs must then be the
+        real inputs, which only the whole graph's are (a piece's are fake)."""
+        kept = None
+        if freeze:
+            gm, kept = lift_parameters(gm, example_inputs)
+            example_inputs = [example_inputs[i] for i in kept]
         if self.device_type == "cpu":
             decompose_to_references(gm)
         import torch._inductor.config as inductor_config
@@ -53,11 +60,11 @@ class AscendBackend:
         from torch._inductor.runtime.cache_dir_utils import temporary_cache_dir
 
         # Inductor reads its cache location from the environment; this sets it for this compile
-        # only and drops the in-memory caches keyed on the old one. On CPU the weights are frozen:
-        # Inductor folds them in as constants and prepacks the linears for oneDNN (measured on
-        # SmolLM2 at 32 prompts: level 2 went from 0.83x to 1.04x level 0's throughput).
-        with temporary_cache_dir(self.config.cache_dir), inductor_config.patch(freezing=self.device_type == "cpu"):
-            return compile_fx(gm, example_inputs)
+        # only and drops the in-memory caches keyed on the old one. A frozen graph holds
+        # oneDNN-packed weights, which torch cannot pickle: its FX graph cache bypasses it.
+        with temporary_cache_dir(self.config.cache_dir), inductor_config.patch(freezing=freeze):
+            compiled = compile_fx(gm, example_inputs)
+        return compiled if kept is None else taking_kept_inputs(compiled, kept)
 
     def _piecewise(self, gm: fx.GraphModule) -> Callable:
         split = split_graph(gm, self.config.splitting_ops)

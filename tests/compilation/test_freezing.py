@@ -1,0 +1,113 @@
+"""CPU level 2 freezes the weights (compilation/freeze.py): Inductor turns every parameter of the
+forward into a constant (a probe on the call that does it) and packs every linear for oneDNN (its
+counter); the KV caches stay inputs, so caches reallocated after the trace are the ones written;
+the logits equal eager; and the frozen graph bypasses Inductor's FX graph cache (torch cannot
+pickle oneDNN-packed weights). Level 3's pieces are not frozen: test_cache.py."""
+from collections import Counter
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch._inductor.freezing as inductor_freezing
+from torch import fx
+from torch._dynamo.utils import counters
+
+from ascendkit.compilation import CompilationConfig, compile_model
+from ascendkit.compilation.freeze import lift_parameters, taking_kept_inputs
+from ascendkit.model import load_model
+from ascendkit.model.layers.linear import Linear
+from compilation import tiny
+
+needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
+
+
+def _caches(model) -> list[torch.Tensor]:
+    return [cache.clone() for attn in model.attention_layers() for cache in (attn.key_cache, attn.value_cache)]
+
+
+@pytest.fixture(scope="module")
+def level_2(tmp_path_factory):
+    """The tiny Llama run eagerly, then compiled at level 2 with Inductor in an empty cache dir;
+    what Inductor froze and counted while compiling."""
+    model = load_model(tiny.save(tmp_path_factory.mktemp("tiny"))).model
+    eager = tiny.run_steps(model)
+    eager_caches = _caches(model)
+    frozen, replace = [], inductor_freezing.replace_node_with_constant
+
+    def record(gm, node, constant=None, *args, **kwargs):
+        frozen.append(constant)
+        return replace(gm, node, constant, *args, **kwargs)
+
+    before = Counter(counters["inductor"])
+    compiled = compile_model(model, CompilationConfig(level=2, cache_dir=str(tmp_path_factory.mktemp("cache"))))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(inductor_freezing, "replace_node_with_constant", record)
+        logits = tiny.run_steps(model, compiled)
+    return SimpleNamespace(model=model, compiled=compiled, eager=eager, eager_caches=eager_caches, logits=logits,
+                           frozen=frozen, inductor=Counter(counters["inductor"]) - before)
+
+
+@pytest.mark.slow  # one Inductor compile of the tiny model (tens of seconds on this CPU)
+def test_every_weight_of_the_forward_becomes_a_constant(level_2):
+    weights = list(level_2.model.model.parameters())  # embedding, layers, final norm (the LM head is outside)
+    assert len(level_2.frozen) == len(weights) == 14
+    assert {id(t) for t in level_2.frozen} == {id(w) for w in weights}
+    assert level_2.compiled.backend.num_compiles == 1
+
+
+@needs_onednn
+@pytest.mark.slow
+def test_every_linear_is_packed_for_onednn(level_2):
+    linears = sum(isinstance(m, Linear) for m in level_2.model.model.modules())
+    assert linears == 8  # qkv, o, gate_up, down per layer
+    assert level_2.inductor["mkldnn_linear_weight_pack_matcher_count"] == linears
+
+
+@pytest.mark.slow
+def test_frozen_logits_equal_eager(level_2):
+    for got, want in zip(level_2.logits, level_2.eager):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_kv_caches_stay_inputs(level_2):
+    """A second run allocates new caches (tiny.run_steps): the compiled graph writes those, as eager
+    wrote its own, and reads them back (level 2 evaluates no guards, so a cache baked into the graph
+    would be written instead, silently)."""
+    logits = tiny.run_steps(level_2.model, level_2.compiled)
+    for got, want in zip(_caches(level_2.model), level_2.eager_caches):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-5, equal_nan=True)
+    for got, want in zip(logits, level_2.eager):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_frozen_graph_bypasses_the_fx_graph_cache(level_2):
+    assert level_2.inductor["fxgraph_cache_bypass"] >= 1
+    assert not level_2.inductor["fxgraph_cache_hit"] and not level_2.inductor["fxgraph_cache_miss"]
+
+
+def _graph_of_three_inputs() -> fx.GraphModule:
+    def forward(x, weight, int8_weight):
+        return x @ weight.t() + int8_weight.float().sum()
+    return fx.symbolic_trace(forward)
+
+
+def test_lift_parameters_lifts_float_parameters_only():
+    gm = _graph_of_three_inputs()
+    x = torch.randn(3, 5)
+    weight = torch.nn.Parameter(torch.randn(7, 5), requires_grad=False)
+    int8_weight = torch.nn.Parameter(torch.randint(-5, 5, (2, 2), dtype=torch.int8), requires_grad=False)
+    lifted, kept = lift_parameters(gm, [x, weight, int8_weight])
+    assert kept == [0, 2]
+    assert [name for name, _ in lifted.named_parameters()] == ["frozen_weight"]
+    assert lifted.frozen_weight is weight
+    assert len(gm.graph.find_nodes(op="placeholder")) == 3  # Dynamo reads its call arguments off this graph
+    want = gm(x, weight, int8_weight)
+    torch.testing.assert_close(lifted(x, int8_weight), want, rtol=0, atol=0)
+    torch.testing.assert_close(taking_kept_inputs(lifted, kept)(x, weight, int8_weight), want, rtol=0, atol=0)
+
+
+def test_lift_parameters_rejects_a_wrong_number_of_inputs():
+    with pytest.raises(ValueError, match="^example_inputs: 2 values for 3 graph inputs"):
+        lift_parameters(_graph_of_three_inputs(), [torch.randn(3, 5), torch.randn(7, 5)])
