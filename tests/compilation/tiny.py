@@ -9,8 +9,9 @@ CONFIG = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=96, num_h
                      num_key_value_heads=2, initializer_range=0.1, max_position_embeddings=256)
 
 
-def save(directory) -> str:
-    save_tiny(CONFIG, directory, randomize_norms=True)
+def save(directory, seed: int = 0) -> str:
+    """The tiny Llama with random weights drawn from `seed`, saved in directory; returns its path."""
+    save_tiny(CONFIG, directory, seed=seed, randomize_norms=True)
     return str(directory)
 
 
