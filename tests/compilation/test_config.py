@@ -1,5 +1,8 @@
 """CompilationConfig: defaults (cache dir, capture sizes), what LLM(compilation_config=...) accepts,
-and bad input naming the argument."""
+and bad input naming the argument; under the suite, the default cache dir is outside the home
+directory (tests/conftest.py)."""
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -41,6 +44,15 @@ def test_cache_dir_default_is_per_user_and_honours_the_env(monkeypatch, tmp_path
     monkeypatch.setenv("ASCENDKIT_CACHE_DIR", str(tmp_path))
     assert CompilationConfig().cache_dir == str(tmp_path / "compile")
     assert CompilationConfig(cache_dir="~/x").cache_dir == str(Path.home() / "x")
+
+
+def test_the_suite_never_compiles_into_the_home_directory():
+    """The default cache dir of this process and of the processes it spawns lies outside ~."""
+    default = Path(CompilationConfig().cache_dir).resolve()
+    assert not default.is_relative_to(Path.home().resolve()), default
+    spawned = subprocess.run([sys.executable, "-c", "import os; print(os.environ['ASCENDKIT_CACHE_DIR'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    assert (Path(spawned) / "compile").resolve() == default
 
 
 def test_capture_sizes():
