@@ -1,8 +1,10 @@
 """The Dynamo backend of the compiled forward: fusion passes on the captured graph, then (CPU) the
-decomposable ops replaced by their references, then Inductor. At level 3 the graph is split at
-the splitting ops first and each piece between them compiled alone (CPU: references + Inductor,
-CUDA: Inductor, NPU: the piece as is), then, with a CaptureSpec, wrapped in a CapturedPiece. It
-records what each compile saw, for tests and for the compile-time line."""
+decomposable ops replaced by their references, then Inductor; at level 2 on CPU with the weights
+frozen (freeze.py). At level 3 the graph is split at the splitting ops first and each piece
+between them compiled alone with its weights as inputs (CPU: references + Inductor, not frozen,
+so a cached piece serves any weights of its shape; CUDA: Inductor; NPU: the piece as is), then,
+with a CaptureSpec, wrapped in a CapturedPiece. It records what each compile saw, for tests and
+for the compile-time line."""
 from __future__ import annotations
 
 import time
@@ -40,7 +42,8 @@ class AscendBackend:
         if self.config.level == CompilationLevel.PIECEWISE:
             compiled = self._piecewise(gm)
         elif self.config.use_inductor:
-            compiled = self._inductor(gm, example_inputs, freeze=self.device_type == "cpu")
+            freeze = self.device_type == "cpu" and self.config.level == CompilationLevel.DYNAMO_ONCE
+            compiled = self._inductor(gm, example_inputs, freeze=freeze)
         else:
             compiled = gm.forward
         self.compile_seconds.append(time.perf_counter() - start)

@@ -31,7 +31,8 @@ DEFAULT_SPLITTING_OPS = ("ascend::unified_attention", "ascend::mla_attention", "
 
 def default_cache_dir() -> str:
     """$ASCENDKIT_CACHE_DIR/compile, else ~/.cache/ascendkit/compile: per user and kept across
-    processes, so a second process compiling the same model reads Inductor's compiled graphs."""
+    processes, so a second process compiling the same model reads Inductor's cached graphs (not
+    CPU level 2's, whose frozen weights the FX graph cache bypasses)."""
     return str(Path(os.environ.get("ASCENDKIT_CACHE_DIR", "~/.cache/ascendkit")).expanduser() / "compile")
 
 
@@ -47,7 +48,8 @@ def default_capture_sizes(max_num_seqs: int) -> list[int]:
 class CompilationConfig:
     """level: 0-3 (CompilationLevel). splitting_ops: "ascend::<op>" names, each a registered op.
     cache_dir: Inductor's on-disk caches (default_cache_dir()); the FX graph cache is what hits
-    (AOTAutograd's cache bypasses graphs holding the CPU references, Python functions it cannot hash).
+    (AOTAutograd's cache bypasses graphs holding the CPU references, Python functions it cannot hash;
+    the FX graph cache bypasses CPU level 2's graph, which holds oneDNN-packed weights).
     use_inductor: False runs the Dynamo graph after the fusion passes without Inductor (fast to
     build; used by tests). enable_fusion: run the FX fusion passes (norm/activation + int8 quant).
     capture_sizes: level 3 on NPU/CUDA, the token counts each piece is captured at (vLLM's

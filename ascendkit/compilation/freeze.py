@@ -8,6 +8,10 @@ nothing. Setting it while Dynamo traces would make Dynamo install every tensor a
 model in the graph, the KV caches too: after `allocate_kv_cache` replaced them the graph would
 still write the caches it was traced with (levels 2 and 3 evaluate no guards after the trace).
 So the backend turns only the parameter inputs into parameters of the graph module.
+
+The weights are read once, when the graph compiles: a weight replaced or changed in place later is
+not seen by it (the runtime never changes weights after loading). Inductor freezes only when that
+first call runs with grad off, as the runtime's does (inference_mode).
 """
 from __future__ import annotations
 

@@ -73,9 +73,9 @@ def pack_weight(weight: torch.Tensor) -> PackedWeight | None:
 def float_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                  packed: PackedWeight | None) -> torch.Tensor:
     """x·weightᵀ + bias, through the packed copy when it is still the weight's. Not while Dynamo
-    traces: the version check would be a data-dependent guard, and a compiled graph gets its
-    weights prepacked by Inductor's freezing instead (CPU, level 2; level 3's pieces are not
-    frozen: compilation/backend.py)."""
+    traces: the version check would be a data-dependent guard. A compiled graph gets its weights
+    packed by Inductor's freezing instead at CPU level 2 (compilation/freeze.py); level 3's pieces
+    are not frozen, so their linears run unpacked."""
     if packed is not None and not torch.compiler.is_compiling() and packed.usable_for(weight, x):
         return torch.ops.mkldnn._linear_pointwise(x, packed.packed, bias, "none", [], "")
     return F.linear(x, weight, bias)
