@@ -4,8 +4,9 @@ whether the piece can be captured per bucket (piece_capture.py).
 A capturable piece takes token tensors (first dim the token count, no other dim depending on
 it), ints that are expressions of the token count (re-evaluated at the padded size), and tensors
 that never depend on it (weights, KV caches, read at a fixed address); its outputs are token
-tensors or token-independent tensors, none of them aliasing an input. Anything else (another
-dynamic dim on a token tensor, an int of another symbol) leaves the piece uncaptured."""
+tensors or token-independent tensors, none of them aliasing an input; and it calls no op tagged
+`cudagraph_unsafe` (one that synchronizes with the host: the MoE's routed experts). Anything else
+(another dynamic dim on a token tensor, an int of another symbol) leaves the piece uncaptured."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ class PieceSignature:
     def of(cls, piece: fx.GraphModule, symbol: sympy.Symbol | None) -> "PieceSignature | None":
         """The signature of a piece traced with token-count symbol `symbol`; None if it cannot
         be captured."""
-        if symbol is None:
+        if symbol is None or _calls_uncapturable_op(piece):
             return None
         inputs = [node.meta.get("example_value") for node in piece.graph.nodes if node.op == "placeholder"]
         token, ints, fixed = [], {}, []
@@ -51,6 +52,12 @@ class PieceSignature:
         written = _written_storages(piece)
         return cls(token, ints, fixed, [i for i in token if _storage(inputs[i]) in written],
                    [_kind(v, symbol) == "token" for v in outputs], symbol)
+
+
+def _calls_uncapturable_op(piece: fx.GraphModule) -> bool:
+    unsafe = getattr(torch.Tag, "cudagraph_unsafe", None)  # absent from older torch releases
+    return unsafe is not None and any(isinstance(node.target, torch._ops.OpOverload) and unsafe in node.target.tags
+                                      for node in piece.graph.nodes)
 
 
 def _dims(value: torch.Tensor) -> list[sympy.Expr]:

@@ -89,12 +89,18 @@ class MLAttention(nn.Module):
         q_nope, q_pe = q.split([self.nope_dim, self.rope_dim], dim=-1)
         kv_c, k_pe = self.kv_a_proj_with_mqa(x).split([self.kv_lora_rank, self.rope_dim], dim=-1)
         kv_c = self.kv_a_layernorm(kv_c)
-        q_pe, k_pe = q_pe.contiguous(), k_pe.reshape(tokens, 1, self.rope_dim).contiguous()
+        # Contiguous copies for the in-place rotation. Here and below, no op whose result's strides
+        # depend on whether the step has one token (.contiguous(), reshape, einsum): a trace with
+        # dynamic sizes (compilation levels 2 and 3) would guard on the token count.
+        q_pe = q_pe.clone(memory_format=torch.contiguous_format)
+        k_pe = k_pe.clone(memory_format=torch.contiguous_format).view(tokens, 1, self.rope_dim)
         self.rotary(positions, q_pe, k_pe)
         ak.concat_and_cache_mla(kv_c, k_pe.view(tokens, self.rope_dim), self.kv_cache, meta.slot_mapping)
-        q_latent = torch.einsum("thn,hnl->thl", q_nope, self.w_uk)
+        # per-head matmuls: bmm over [H, T, .] views
+        q_latent = torch.bmm(q_nope.transpose(0, 1), self.w_uk).transpose(0, 1)
         query = torch.cat([q_latent, q_pe], dim=-1)
         out = ak.mla_attention(query, self.kv_cache, meta.block_tables, meta.cu_seqlens_q, meta.seqused_k,
                                meta.max_seqlen_q, meta.max_seqlen_k, self.kv_lora_rank, self.scale)
-        out = torch.einsum("thl,hvl->thv", out, self.w_uv)
-        return self.o_proj(out.reshape(tokens, self.num_heads * self.v_dim))
+        out = torch.bmm(out.transpose(0, 1), self.w_uv.transpose(1, 2)).transpose(0, 1)
+        out = out.clone(memory_format=torch.contiguous_format)
+        return self.o_proj(out.view(tokens, self.num_heads * self.v_dim))

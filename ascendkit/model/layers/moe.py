@@ -1,5 +1,6 @@
 """DeepSeek-V2 MoE: softmax router (greedy or group-limited top-k), routed experts as a plain
-torch loop over the experts hit, plus always-on shared experts.
+torch loop over the experts hit, plus always-on shared experts. While torch.compile traces, the
+loop (data-dependent sizes) is one opaque op call that runs it (expert_dispatch.py).
 
 Matches HF transformers 5's DeepseekV2Moe: router logits and softmax in fp32, top-k weights NOT
 renormalised (V2 ignores norm_topk_prob), scaled by routed_scaling_factor.
@@ -16,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ascendkit.distributed import all_reduce
+from ascendkit.model.layers.expert_dispatch import register_layer, routed_experts
 from ascendkit.model.layers.mlp import GatedMLP
 
 
@@ -41,6 +43,11 @@ class MoE(nn.Module):
         self.shared_experts = (GatedMLP(hidden_size, moe_intermediate_size * num_shared_experts,
                                         size_field="moe_intermediate_size * n_shared_experts", reduce_results=False)
                                if num_shared_experts else None)
+        self.dispatch_key = register_layer(self)
+
+    def __setstate__(self, state: dict) -> None:
+        super().__setstate__(state)
+        self.dispatch_key = register_layer(self)  # a copy (deepcopy, pickle) runs its own experts
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """x [T, hidden] -> (weights [T, top_k] fp32, expert ids [T, top_k])."""
@@ -58,11 +65,19 @@ class MoE(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [T, hidden] -> [T, hidden], the same on every rank."""
         weights, ids = self.route(x)
+        if torch.compiler.is_compiling():
+            out = routed_experts(x, weights, ids, self.dispatch_key)
+        else:
+            out = self.run_routed_experts(x, weights, ids)
+        if self.shared_experts is not None:
+            out = out + self.shared_experts(x)
+        return all_reduce(out)
+
+    def run_routed_experts(self, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """x [T, hidden], route()'s weights and ids -> [T, hidden]: each expert hit, on its tokens."""
         out = torch.zeros_like(x)
         for expert_id in ids.unique().tolist():
             token, slot = (ids == expert_id).nonzero(as_tuple=True)
             y = self.experts[expert_id](x[token]) * weights[token, slot, None]
             out.index_add_(0, token, y.to(x.dtype))
-        if self.shared_experts is not None:
-            out = out + self.shared_experts(x)
-        return all_reduce(out)
+        return out
