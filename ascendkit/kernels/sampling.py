@@ -12,6 +12,12 @@ cover [0, 2): 30 passes over the row):
 A token is kept when e >= every threshold. Tie rule: a token is judged by the tokens strictly
 above it, so tokens equal to the boundary token are all kept (top-k may keep more than k).
 The best token is always kept (e = 1 passes every threshold).
+
+Non-finite logits and tiny temperatures follow ascendkit/ops/sampling.py's rules: a temperature
+below SAMPLING_EPS is greedy; a NaN reads as -inf (_no_nan at every load that chooses); a row
+holding +inf puts its mass on its +inf tokens in equal shares, so the filters of such a row keep
+exactly those, the draw ranks them above every other token (Gumbel noise alone picks among them:
+uniform; greedy: the lowest id) and logprobs read them as 0 and the rest as -inf.
 """
 from __future__ import annotations
 
@@ -26,18 +32,26 @@ from ascendkit.platform import grid_size
 BLOCK = 2048  # fp32 vocabulary chunk
 THRESHOLD_BITS = 30  # bisection steps: 2^30 bit patterns span the thresholds [0, 2)
 NO_INDEX = tl.constexpr(16777216.0)  # 2^24: above any vocabulary position, exact in fp32
+FLT_MAX = tl.constexpr(3.4028234663852886e38)  # the largest finite fp32
+SAMPLING_EPS = tl.constexpr(1e-5)  # ascendkit/ops/reference/sampling.py's: a temperature below it is greedy
+
+
+@triton.jit
+def _no_nan(y):
+    """NaN read as -inf (a max or a compare on NaN would differ between devices)."""
+    return tl.where(y == y, y, float("-inf"))
 
 
 @triton.jit
 def _scale_and_max(y_row, temperature, V: tl.constexpr, BLOCK: tl.constexpr):
-    """y = logits / temperature in place; returns max y."""
+    """y = logits / temperature in place; returns the max of y, NaN read as -inf."""
     offs = tl.arange(0, BLOCK)
     best = tl.full((), float("-inf"), tl.float32)
     for start in range(0, V, BLOCK):
         cols = start + offs
         y = tl.load(y_row + cols, mask=cols < V, other=float("-inf")) / temperature
         tl.store(y_row + cols, y, mask=cols < V)
-        best = tl.maximum(best, fast_max(y, 0))
+        best = tl.maximum(best, fast_max(_no_nan(y), 0))
     return best
 
 
@@ -70,6 +84,7 @@ def _bisect(y_row, top, floor, limit, COUNT: tl.constexpr, V: tl.constexpr, BLOC
 
 @triton.jit
 def _drop_below(y_row, top, floor, V: tl.constexpr, BLOCK: tl.constexpr):
+    """-inf wherever exp(y - top) < floor, and on NaN (exp(NaN) fails the compare)."""
     offs = tl.arange(0, BLOCK)
     for start in range(0, V, BLOCK):
         cols = start + offs
@@ -84,20 +99,26 @@ def process_logits_kernel(
 ):
     for row in range(tl.program_id(0), n_rows, tl.num_programs(0)):
         temperature = tl.load(temperature_ptr + row)
-        if temperature != 0.0:  # temperature 0 = greedy: the row stays raw
+        if temperature >= SAMPLING_EPS:  # below: greedy, the row stays raw
             y_row = logits_ptr + tl.cast(row, tl.int64) * stride
             top = _scale_and_max(y_row, temperature, V, BLOCK)
             top_k = tl.load(top_k_ptr + row)
             top_p = tl.load(top_p_ptr + row)
-            floor = tl.zeros((), tl.float32)
-            if (top_k > 0) & (top_k < V):
-                floor = _bisect(y_row, top, floor, (top_k - 1).to(tl.float32), True, V, BLOCK, STEPS)
-            if top_p < 1.0:
-                kept = _mass_above(y_row, top, -1.0, floor, False, V, BLOCK)
-                floor = _bisect(y_row, top, floor, top_p * kept, False, V, BLOCK, STEPS)
-            floor = tl.maximum(floor, tl.load(min_p_ptr + row))
-            if floor > 0.0:
-                _drop_below(y_row, top, floor, V, BLOCK)
+            min_p = tl.load(min_p_ptr + row)
+            if ((top_k > 0) & (top_k < V)) | (top_p < 1.0) | (min_p > 0.0):  # filtered: NaN -> -inf too
+                floor = tl.zeros((), tl.float32)
+                if (top > float("-inf")) & (top < float("inf")):  # a row of -inf only drops its NaN
+                    if (top_k > 0) & (top_k < V):
+                        floor = _bisect(y_row, top, floor, (top_k - 1).to(tl.float32), True, V, BLOCK, STEPS)
+                    if top_p < 1.0:
+                        kept = _mass_above(y_row, top, -1.0, floor, False, V, BLOCK)
+                        floor = _bisect(y_row, top, floor, top_p * kept, False, V, BLOCK, STEPS)
+                    floor = tl.maximum(floor, min_p)
+                # A row holding +inf keeps exactly those tokens (all its mass; every filter keeps a
+                # tied best group): against the largest finite float and floor +inf, only
+                # exp(inf - FLT_MAX) = inf passes. The same pass, so no second buffer set in UB.
+                infinite = top == float("inf")
+                _drop_below(y_row, tl.where(infinite, FLT_MAX, top), tl.where(infinite, float("inf"), floor), V, BLOCK)
 
 
 @triton.jit(do_not_specialize=["n_rows", "stride"])
@@ -105,21 +126,30 @@ def sample_tokens_kernel(
     token_ids_ptr, logits_ptr, temperature_ptr, seeds_ptr, steps_ptr, n_rows, stride,
     V: tl.constexpr, BLOCK: tl.constexpr,
 ):
-    """argmax(y + Gumbel noise) per row, or argmax(y) where temperature is 0; the lowest token id
-    wins ties."""
+    """argmax(y + Gumbel noise) per row, or argmax(y) where temperature < SAMPLING_EPS; the lowest
+    token id wins ties. NaN reads as -inf; +inf tokens rank above all others (level 1), scored by
+    their noise alone; a row of -inf gives token 0."""
     offs = tl.arange(0, BLOCK)
     for row in range(tl.program_id(0), n_rows, tl.num_programs(0)):
         y_row = logits_ptr + tl.cast(row, tl.int64) * stride
-        noisy = tl.where(tl.load(temperature_ptr + row) != 0.0, 1.0, 0.0)
+        noisy = tl.where(tl.load(temperature_ptr + row) >= SAMPLING_EPS, 1.0, 0.0)
         key = row_key(tl.load(seeds_ptr + row), tl.load(steps_ptr + row))
+        best_level = tl.zeros((), tl.float32)
         best = tl.full((), float("-inf"), tl.float32)
         best_id = tl.full((), NO_INDEX, tl.float32)
         for start in range(0, V, BLOCK):
             cols = start + offs
-            score = tl.load(y_row + cols, mask=cols < V, other=float("-inf")) + noisy * gumbel(key, cols)
-            chunk_best = fast_max(score, 0)
-            chunk_id = fast_min(tl.where((score == chunk_best) & (cols < V), cols.to(tl.float32), NO_INDEX), 0)
-            better = (chunk_best > best) | (best_id == NO_INDEX)
+            y = _no_nan(tl.load(y_row + cols, mask=cols < V, other=float("-inf")))
+            noise = noisy * gumbel(key, cols)
+            level = tl.where(y == float("inf"), 1.0, 0.0)
+            score = tl.where(level > 0.0, noise, y + noise)
+            chunk_level = fast_max(level, 0)
+            chunk_best = fast_max(tl.where(level == chunk_level, score, float("-inf")), 0)
+            at_best = (level == chunk_level) & (score == chunk_best) & (cols < V)
+            chunk_id = fast_min(tl.where(at_best, cols.to(tl.float32), NO_INDEX), 0)
+            better = ((chunk_level > best_level) | ((chunk_level == best_level) & (chunk_best > best))
+                      | (best_id == NO_INDEX))
+            best_level = tl.where(better, chunk_level, best_level)
             best = tl.where(better, chunk_best, best)
             best_id = tl.where(better, chunk_id, best_id)
         tl.store(token_ids_ptr + row, best_id.to(tl.int32))
@@ -164,7 +194,15 @@ def update_token_counts_kernel(counts_ptr, count_rows_ptr, token_ids_ptr, n_rows
 
 
 @triton.jit
-def _next_best(y_row, prev, prev_id, V: tl.constexpr, BLOCK: tl.constexpr):
+def _logprob_logits(y, infinite_row):
+    """The logits gather_logprobs reads: NaN as -inf; in a row holding +inf (infinite_row), 0 on
+    those tokens and -inf on the others (their equal shares of the mass)."""
+    y = _no_nan(y)
+    return tl.where(infinite_row, tl.where(y == float("inf"), 0.0, float("-inf")), y)
+
+
+@triton.jit
+def _next_best(y_row, prev, prev_id, infinite_row, V: tl.constexpr, BLOCK: tl.constexpr):
     """The largest (value, lowest id) after (prev, prev_id) in (value desc, id asc) order."""
     offs = tl.arange(0, BLOCK)
     best = tl.full((), float("-inf"), tl.float32)
@@ -172,7 +210,7 @@ def _next_best(y_row, prev, prev_id, V: tl.constexpr, BLOCK: tl.constexpr):
     for start in range(0, V, BLOCK):
         cols = start + offs
         ids = cols.to(tl.float32)
-        y = tl.load(y_row + cols, mask=cols < V, other=float("-inf"))
+        y = _logprob_logits(tl.load(y_row + cols, mask=cols < V, other=float("-inf")), infinite_row)
         after = ((y < prev) | ((y == prev) & (ids > prev_id))) & (cols < V)
         chunk_best = fast_max(tl.where(after, y, float("-inf")), 0)
         chunk_id = fast_min(tl.where(after & (y == chunk_best), ids, NO_INDEX), 0)
@@ -201,26 +239,30 @@ def gather_logprobs_kernel(
 @triton.jit
 def _gather_row(logprobs_ptr, ids_ptr, logits_ptr, row, token, i, n_top, out_stride, ids_stride, stride,
                 V: tl.constexpr, BLOCK: tl.constexpr):
-    """Output row i: logits row `row`'s log-softmax at `token`, then its n_top best."""
+    """Output row i: logits row `row`'s log-softmax at `token`, then its n_top best; a row without
+    a finite or +inf logit has every logprob -inf."""
     offs = tl.arange(0, BLOCK)
     y_row = logits_ptr + tl.cast(row, tl.int64) * stride
     top = tl.full((), float("-inf"), tl.float32)
     for start in range(0, V, BLOCK):
         cols = start + offs
-        top = tl.maximum(top, fast_max(tl.load(y_row + cols, mask=cols < V, other=float("-inf")), 0))
+        top = tl.maximum(top, fast_max(_no_nan(tl.load(y_row + cols, mask=cols < V, other=float("-inf"))), 0))
+    infinite_row = top == float("inf")
+    top = tl.where(infinite_row, 0.0, top)
     total = tl.zeros((), tl.float32)
     for start in range(0, V, BLOCK):
         cols = start + offs
-        total += tl.sum(tl.exp(tl.load(y_row + cols, mask=cols < V, other=float("-inf")) - top), 0)
-    lse = top + tl.log(total)
+        y = _logprob_logits(tl.load(y_row + cols, mask=cols < V, other=float("-inf")), infinite_row)
+        total += tl.sum(tl.exp(y - top), 0)
+    lse = tl.where(top > float("-inf"), top + tl.log(total), 0.0)  # a row of -inf: -inf - 0
     out_row = logprobs_ptr + tl.cast(i, tl.int64) * out_stride
     ids_row = ids_ptr + tl.cast(i, tl.int64) * ids_stride
-    tl.store(out_row, tl.load(y_row + token) - lse)
+    tl.store(out_row, _logprob_logits(tl.load(y_row + token), infinite_row) - lse)
     tl.store(ids_row, token)
     prev = tl.full((), float("inf"), tl.float32)
     prev_id = tl.full((), -1.0, tl.float32)
     for j in range(n_top):
-        prev, prev_id = _next_best(y_row, prev, prev_id, V, BLOCK)
+        prev, prev_id = _next_best(y_row, prev, prev_id, infinite_row, V, BLOCK)
         tl.store(out_row + 1 + j, prev - lse)
         tl.store(ids_row + 1 + j, prev_id.to(tl.int32))
 

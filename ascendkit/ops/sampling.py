@@ -2,6 +2,16 @@
 seeded sampling, logprobs and the token-count update. Rules and the tie rule:
 ascendkit/kernels/sampling.py.
 
+Tiny temperatures and non-finite logits, the same on both paths: a temperature below
+SAMPLING_EPS (1e-5, vLLM's _SAMPLING_EPS) is greedy, so a tiny temperature never divides a row
+into infs (at 1e-5 only logits beyond ~3e33 would overflow). A NaN logit counts as -inf: never kept by a filter, never sampled, never
+the argmax, logprob -inf. A row holding +inf puts all of its mass on its +inf tokens, in equal
+shares (the limit of the softmax as those logits grow together): a draw picks uniformly among
+them, greedy takes the first (the tie rule), a filter keeps exactly them, their logprob is
+-log(count) and every other token's -inf. A row without a finite or +inf logit (all -inf or
+NaN) samples token 0 (as argmax of a row of -inf does) and has every logprob -inf. Penalties
+act on each logit alone, so they keep NaN and infs as they are.
+
 Value ranges (temperature >= 0, top_k >= 0, top_p in (0, 1], min_p in [0, 1]) and index ranges
 (count_rows, token_ids, rows) are checked on CPU tensors, where reading them is free. On NPU/CUDA
 that check would be a host sync inside a graph-captured step, so there it runs only with
@@ -16,6 +26,7 @@ import torch
 from ascendkit.ops._indices import checkable
 from ascendkit.ops._registry import register_op
 from ascendkit.ops._validate import FP32, INT32, check_same_device, check_shape, check_tensor
+from ascendkit.ops.reference.sampling import SAMPLING_EPS  # noqa: F401  (public: SamplingParams' greedy bound)
 
 INT64 = (torch.int64,)
 INT8 = (torch.int8,)
@@ -139,9 +150,11 @@ gather_logprobs_op = register_op("gather_logprobs", GATHER_LOGPROBS_SCHEMA, vali
 
 def process_logits(logits: torch.Tensor, temperatures: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
                    min_p: torch.Tensor) -> torch.Tensor:
-    """In place on logits [rows, vocab] fp32: rows with temperature > 0 become logits / temperature
-    with the tokens outside top-k / top-p / min-p set to -inf; rows with temperature 0 (greedy)
-    are left as they are. temperatures, top_p, min_p: fp32 [rows]; top_k: int32 [rows].
+    """In place on logits [rows, vocab] fp32: rows with temperature >= SAMPLING_EPS become
+    logits / temperature with the tokens outside top-k / top-p / min-p set to -inf; rows below it
+    (greedy) are left as they are. A filtered row also turns NaN into -inf and, if it holds +inf,
+    keeps only its +inf tokens; a row only scaled keeps its NaN and infs (sample_tokens reads
+    them by the module's rules). temperatures, top_p, min_p: fp32 [rows]; top_k: int32 [rows].
     Off: top_k 0, top_p 1, min_p 0. Returns logits."""
     process_logits_op(logits, temperatures, top_k, top_p, min_p)
     return logits
@@ -151,9 +164,10 @@ def sample_tokens(logits: torch.Tensor, temperatures: torch.Tensor, seeds: torch
                   steps: torch.Tensor) -> torch.Tensor:
     """One token per row of processed logits [rows, vocab] fp32 -> int32 [rows], drawn from
     softmax(logits) with randomness hashed from (seeds[row], steps[row]) (int64 [rows]) only, so a
-    row's draw does not depend on the rest of the batch; argmax where temperatures[row] (fp32) is 0
-    (ties: lowest id). The Triton kernel draws by Gumbel-max, the reference (CPU) by inverse CDF:
-    each is reproducible, but the two may pick different tokens for one seed."""
+    row's draw does not depend on the rest of the batch; argmax where temperatures[row] (fp32) is
+    below SAMPLING_EPS (ties: lowest id). NaN, +inf and rows of -inf: the module's rules. The
+    Triton kernel draws by Gumbel-max, the reference (CPU) by inverse CDF: each is reproducible,
+    but the two may pick different tokens for one seed."""
     token_ids = torch.empty(logits.shape[0], dtype=torch.int32, device=logits.device)
     sample_tokens_op(token_ids, logits, temperatures, seeds, steps)
     return token_ids
@@ -181,8 +195,9 @@ def update_token_counts(output_counts: torch.Tensor, count_rows: torch.Tensor, t
 def gather_logprobs(logits: torch.Tensor, rows: torch.Tensor, token_ids: torch.Tensor,
                     num_top: int) -> tuple[torch.Tensor, torch.Tensor]:
     """For the logits rows listed in rows (int32 [n]): log_softmax at token_ids[row] (int32
-    [rows]) and the num_top largest, ordered by value then lowest id. Returns (logprobs fp32
-    [n, 1 + num_top], ids int32 [n, 1 + num_top]); column 0 is the given token."""
+    [rows]) and the num_top largest, ordered by value then lowest id (NaN, +inf and rows of -inf:
+    the module's rules). Returns (logprobs fp32 [n, 1 + num_top], ids int32 [n, 1 + num_top]);
+    column 0 is the given token."""
     logprobs = torch.empty(rows.shape[0], 1 + num_top, dtype=torch.float32, device=logits.device)
     ids = torch.empty(logprobs.shape, dtype=torch.int32, device=logits.device)
     gather_logprobs_op(logprobs, ids, logits, rows, token_ids)

@@ -17,7 +17,7 @@ INT32_MAX = 2**31 - 1
 @dataclass
 class SamplingBatch:
     seq_ids: tuple[int, ...]
-    temperatures: torch.Tensor  # fp32 [N]; 0 = greedy
+    temperatures: torch.Tensor  # fp32 [N]; 0 = greedy (every SamplingParams.greedy row, whatever its temperature)
     top_k: torch.Tensor  # int32 [N]; 0 = off
     top_p: torch.Tensor  # fp32 [N]
     min_p: torch.Tensor  # fp32 [N]
@@ -38,7 +38,9 @@ def build_batch(seqs: list[Sequence], seeds: list[int], count_rows: list[int] | 
     """seeds: each row's int64 seed; count_rows: each row's TokenCounts row (-1: no penalties),
     or None when no row has penalties."""
     params = [s.params for s in seqs]
-    floats = torch.tensor([[p.temperature for p in params], [p.top_p for p in params], [p.min_p for p in params],
+    # greedy rows get 0, so the ops decide as SamplingParams.greedy did, not on the fp32 rounding
+    temperatures = [0.0 if p.greedy else p.temperature for p in params]
+    floats = torch.tensor([temperatures, [p.top_p for p in params], [p.min_p for p in params],
                            [p.repetition_penalty for p in params], [p.frequency_penalty for p in params],
                            [p.presence_penalty for p in params]], dtype=torch.float32).to(device)
     # top_k <= 0 disables (SamplingParams); beyond int32 it keeps the whole vocabulary anyway

@@ -2,12 +2,16 @@
 offline API shape). Validation raises ValueError/TypeError naming the field."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+
+from ascendkit.ops.sampling import SAMPLING_EPS
 
 
 @dataclass
 class SamplingParams:
-    """temperature 0 = greedy (top_p/top_k/min_p/seed ignored). top_k <= 0 and top_p = 1 and
+    """temperature below 1e-5 (vLLM's _SAMPLING_EPS; 0 included) = greedy (top_p/top_k/min_p/seed
+    ignored), so a tiny temperature never turns the logits into infs. top_k <= 0 and top_p = 1 and
     min_p = 0 disable those filters. Penalties follow vLLM: repetition divides positive logits
     (multiplies negative ones) of tokens seen in prompt or output; presence/frequency subtract
     from logits of tokens in the output (once / per occurrence). max_tokens counts generated
@@ -40,7 +44,8 @@ class SamplingParams:
     def validate(self) -> None:
         """Raise ValueError naming the first invalid field. Runs at construction and again in
         LLM.generate (the dataclass is mutable, so a field may have changed since)."""
-        _check(isinstance(self.temperature, (int, float)) and self.temperature >= 0, "temperature", "must be >= 0")
+        _check(isinstance(self.temperature, (int, float)) and 0 <= self.temperature < math.inf, "temperature",
+               "must be finite and >= 0")
         _check(0 < self.top_p <= 1, "top_p", "must be in (0, 1]")
         _check(isinstance(self.top_k, int), "top_k", "must be an int (<= 0 disables)")
         _check(0 <= self.min_p <= 1, "min_p", "must be in [0, 1]")
@@ -56,7 +61,7 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0
+        return self.temperature < SAMPLING_EPS
 
     @property
     def needs_penalties(self) -> bool:

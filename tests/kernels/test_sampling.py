@@ -5,12 +5,23 @@ import pytest
 import torch
 
 from opchecks import kernel_path, run_both
+from ops._sampling import INF_ROW, INF_TOKENS, NAN_CHUNK_ROW, check_uniform, draws_per_row, nonfinite_rows
 
 import ascendkit.kernels.sampling as sampling_kernels
+from ascendkit.ops.sampling import SAMPLING_EPS
 
 OPS = torch.ops.ascend
 EXACT = {"rtol": 0, "atol": 0}
 I32 = torch.int32
+# The interpreter's numpy warns on the inf - inf the kernels compute (and discard) on +inf rows.
+INF_MINUS_INF = pytest.mark.filterwarnings("ignore:invalid value encountered in subtract:RuntimeWarning")
+
+
+@pytest.fixture
+def small_blocks(monkeypatch):
+    """Kernel chunks of 64 tokens: nonfinite_rows() then spans five, so the kernels combine a
+    NaN, +inf or -inf chunk with the others (launchers read BLOCK per call)."""
+    monkeypatch.setattr(sampling_kernels, "BLOCK", 64)
 
 
 def _params(rows: int, vocab: int):
@@ -59,6 +70,54 @@ def test_sample_tokens(vocab):
     assert torch.equal(tri[greedy], logits[greedy].argmax(-1).int())
     assert torch.isfinite(logits.gather(1, tri.long()[:, None])).all()
     assert int(alone[0]) == int(tri[3])
+
+
+@INF_MINUS_INF
+def test_process_logits_nonfinite_rows_and_tiny_temperatures(small_blocks):
+    """The rules of ascendkit/ops/sampling.py on both paths: the NaN / ±inf rows filtered (NaN ->
+    -inf, +inf rows keep exactly their +inf tokens) and only scaled (left NaN and inf), and
+    temperatures just below, at and far below SAMPLING_EPS."""
+    assert sampling_kernels.SAMPLING_EPS.value == SAMPLING_EPS
+    rows, _, _ = nonfinite_rows()
+    logits = torch.cat([rows, rows, torch.randn(3, 300) * 3])
+    temps = torch.tensor([0.7] * 7 + [0.5] * 7 + [1e-38, 9.99e-6, 1e-5])
+    top_k = torch.tensor([20, 0, 5, 0, 3, 7, 0] + [0] * 7 + [0, 5, 5], dtype=I32)
+    top_p = torch.tensor([1.0, 0.8, 1.0, 0.9, 1.0, 0.5, 1.0] + [1.0] * 7 + [0.9] * 3)
+    min_p = torch.tensor([0.0, 0.0, 0.1, 0.0, 0.0, 0.0, 0.2] + [0.0] * 10)
+    with kernel_path("reference"):
+        ref = logits.clone()
+        OPS.process_logits(ref, temps, top_k, top_p, min_p)
+    with kernel_path("triton"):
+        tri = logits.clone()
+        OPS.process_logits(tri, temps, top_k, top_p, min_p)
+    torch.testing.assert_close(tri, ref, rtol=0, atol=0, equal_nan=True)
+    assert not ref[:7].isnan().any() and ref[7:14].isnan().any() and torch.isfinite(ref[14:16]).all()
+
+
+def test_sample_tokens_nonfinite_rows(triton_path, small_blocks):
+    """The kernel's draw (Gumbel-max) by the same rules as the reference: never a NaN or -inf
+    token, a chunk whose max is NaN still drawn, +inf tokens uniformly (greedy: the first), rows
+    of -inf or NaN token 0, a tiny temperature greedy."""
+    rows, support, greedy = nonfinite_rows()
+    zeros = torch.zeros(7, dtype=torch.int64)
+    for temperature in (0.0, 1e-38):
+        tokens = torch.empty(7, dtype=I32)
+        OPS.sample_tokens(tokens, rows, torch.full((7,), temperature), zeros, zeros)
+        assert tokens.tolist() == greedy, temperature
+    draws = draws_per_row(rows, 4)
+    for i, allowed in enumerate(support):
+        assert set(draws[i].tolist()) <= allowed, i
+    nan_chunk, infinite = draws_per_row(rows[[NAN_CHUNK_ROW, INF_ROW]], 40)  # the rows with a choice to check
+    assert float((nan_chunk // 64 == 1).double().mean()) > 0.5 and set(nan_chunk.tolist()) <= support[NAN_CHUNK_ROW]
+    check_uniform(infinite, INF_TOKENS)
+
+
+@INF_MINUS_INF
+def test_gather_logprobs_nonfinite_rows(small_blocks):
+    rows, _, _ = nonfinite_rows()
+    tokens = torch.tensor([10, 64, 200, 130, 170, 4, 4], dtype=I32)
+    args = [torch.empty(7, 5), torch.empty(7, 5, dtype=I32), rows, torch.arange(7, dtype=I32), tokens]
+    run_both(OPS.gather_logprobs, args, mutated=[0, 1], rtol=1.3e-6, atol=1e-5)
 
 
 def test_penalties_and_counts():

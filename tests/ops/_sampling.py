@@ -1,6 +1,6 @@
 """Shared by the sampling family's op tests: seeded draws from one processed row, the exact filtered
 distribution by sorting (independent of the ops), and the chi-square check of one against the
-other."""
+other; rows holding NaN / ±inf with what the rules allow each to draw."""
 import math
 
 import torch
@@ -61,3 +61,48 @@ def check_distribution(setting: dict, n: int) -> None:
     kept = [(c, t * n) for c, t in zip(counts, target) if t > 0]
     chi2 = sum((c - e) ** 2 / e for c, e in kept)
     assert chi2 < chi2_bound(max(1, len(kept) - 1)), (counts, target)
+
+
+NAN, INF = float("nan"), float("inf")
+NAN_CHUNK_ROW, INF_ROW = 1, 3  # rows of nonfinite_rows()
+INF_TOKENS = [5, 130, 260]
+
+
+def nonfinite_rows(vocab: int = 300) -> tuple[torch.Tensor, list[set[int]], list[int]]:
+    """(rows [7, vocab], the tokens a draw of each row may return, its greedy token): rows over
+    several 64-token chunks holding NaN / ±inf, with what the rules (ascendkit/ops/sampling.py)
+    allow: never a NaN or -inf token; only +inf tokens, uniformly, in a row holding one; token 0
+    in a row without a finite logit. Rows: a NaN inside a chunk; a NaN as the max of chunk 1,
+    whose other tokens hold most of the mass; one +inf beside a NaN; three +inf in three chunks;
+    -inf everywhere but one token; all -inf; all NaN."""
+    base = torch.randn(vocab, generator=torch.Generator().manual_seed(5))
+    rows = base.expand(7, -1).clone()
+    rows[0, 10] = NAN
+    rows[1, 64:128] += 3.0
+    rows[1, 70] = NAN
+    rows[2, 3], rows[2, 200] = NAN, INF
+    rows[3, INF_TOKENS] = INF
+    rows[4] = -INF
+    rows[4, 170] = 0.5
+    rows[5] = -INF
+    rows[6] = NAN
+    every = set(range(vocab))
+    support = [every - {10}, every - {70}, {200}, set(INF_TOKENS), {170}, {0}, {0}]
+    greedy = [int(torch.where(rows[i].isnan(), -INF, rows[i]).argmax()) for i in range(2)] + [200, 5, 170, 0, 0]
+    return rows, support, greedy
+
+
+def draws_per_row(rows: torch.Tensor, n: int, temperature: float = 1.0) -> torch.Tensor:
+    """sample_tokens of every row with seeds 0..n-1 at step 0, as [rows, n] int64."""
+    batch = rows.repeat_interleave(n, 0)
+    seeds = torch.arange(n, dtype=I64).repeat(rows.shape[0])
+    temps = torch.full((batch.shape[0],), temperature)
+    return ak.sample_tokens(batch, temps, seeds, torch.zeros_like(seeds)).long().view(rows.shape[0], n)
+
+
+def check_uniform(tokens: torch.Tensor, among: list[int]) -> None:
+    """Draws (int64) all in `among` and uniform over it (chi-square at the 1 - 1e-4 bound)."""
+    counts = torch.bincount(tokens, minlength=max(among) + 1)
+    assert int(counts[among].sum()) == tokens.numel(), counts.nonzero()[:, 0].tolist()
+    expected = tokens.numel() / len(among)
+    assert sum((int(counts[t]) - expected) ** 2 / expected for t in among) < chi2_bound(len(among) - 1)

@@ -6,8 +6,13 @@ import pytest
 import torch
 
 import ascendkit.ops as ak
+from ascendkit.ops.reference import _sampling_draw
+from ascendkit.ops.sampling import SAMPLING_EPS
 from opchecks import op_contract_tests, raises_naming
-from ops._sampling import SETTINGS, check_distribution, draw
+from ops._sampling import (
+    INF, INF_ROW, INF_TOKENS, NAN, NAN_CHUNK_ROW, SETTINGS, check_distribution, check_uniform, chi2_bound, draw,
+    draws_per_row, nonfinite_rows,
+)
 
 OPS = torch.ops.ascend
 I32, I64 = torch.int32, torch.int64
@@ -26,6 +31,95 @@ def test_distribution_matches_filtered_triton(setting, triton_path):
     # so a correct kernel still fails a setting with probability 1e-4; n = 1000 expects >= 70
     # draws per kept token.
     check_distribution(setting, 1000)
+
+
+@pytest.mark.parametrize("way", ["live chunks", "whole row"])
+def test_draw_over_many_chunks_matches_softmax(way, monkeypatch):
+    """Both ways of the reference draw (_sampling_draw.py: the live chunks packed end to end, or
+    the whole row, where LIVE = 0 sends every row) against softmax, per token: 8000 draws with
+    seeds 0..7999 (deterministic) from 640 tokens (10 chunks) holding -inf and a NaN as a chunk's
+    max, which both must skip without losing that chunk's other tokens. Every p > 0 is within a
+    factor e^0.5 of uniform: each kept token expects >= 7 draws."""
+    if way == "whole row":
+        monkeypatch.setattr(_sampling_draw, "LIVE", 0)
+    logits = torch.rand(640, generator=torch.Generator().manual_seed(11)) * 0.5
+    logits[[3, 200, 639]] = -INF
+    logits[130] = NAN
+    n = 8000
+    tokens = ak.sample_tokens(logits.expand(n, -1).contiguous(), torch.ones(n), torch.arange(n, dtype=I64),
+                              torch.zeros(n, dtype=I64)).long()
+    probs = torch.softmax(torch.where(logits.isnan(), -INF, logits).double(), 0)
+    counts = torch.bincount(tokens, minlength=640).double()
+    assert int(counts[probs == 0].sum()) == 0
+    expected = probs[probs > 0] * n
+    chi2 = float(((counts[probs > 0] - expected) ** 2 / expected).sum())
+    assert chi2 < chi2_bound(int((probs > 0).sum()) - 1), chi2
+
+
+def test_nonfinite_rows_follow_the_rules_on_both_draw_ways(monkeypatch):
+    """NaN never drawn nor the argmax (and a chunk whose max is NaN still gives its other
+    tokens), +inf tokens drawn uniformly and the first taken greedily, rows of -inf or NaN give
+    token 0; the two ways of the draw give the same token for every seed."""
+    rows, support, greedy = nonfinite_rows()
+    zeros = torch.zeros(7, dtype=I64)
+    assert ak.sample_tokens(rows, torch.zeros(7), zeros, zeros).tolist() == greedy
+    live = draws_per_row(rows, 300)
+    monkeypatch.setattr(_sampling_draw, "LIVE", 0)
+    assert torch.equal(draws_per_row(rows, 300), live)
+    for i, allowed in enumerate(support):
+        assert set(live[i].tolist()) <= allowed, i
+    assert float((live[NAN_CHUNK_ROW] // 64 == 1).double().mean()) > 0.5  # chunk 1 holds most of the mass
+    check_uniform(live[INF_ROW], INF_TOKENS)
+
+
+def test_temperature_below_sampling_eps_is_greedy():
+    """vLLM's _SAMPLING_EPS: below 1e-5 a row is greedy (left raw, argmax), so a tiny temperature
+    never divides it into infs; at 1e-5 it is scaled and filtered."""
+    assert SAMPLING_EPS == 1e-5
+    logits = torch.randn(4, 300) * 3
+    raw = logits.clone()
+    temps = torch.tensor([1e-38, 9.99e-6, 1e-5, 0.0])
+    ak.process_logits(logits, temps, torch.full((4,), 5, dtype=I32), torch.full((4,), 0.9), torch.zeros(4))
+    assert torch.equal(logits[[0, 1, 3]], raw[[0, 1, 3]])
+    kept = raw[2].topk(5).indices
+    assert torch.isfinite(logits[2]).sum() <= 5 and torch.equal(logits[2, kept[:1]], raw[2, kept[:1]] / 1e-5)
+    tokens = ak.sample_tokens(logits, temps, torch.arange(4, dtype=I64), torch.zeros(4, dtype=I64))
+    assert tokens.tolist() == raw.argmax(-1).tolist()
+
+
+def test_process_logits_nonfinite_rows():
+    """A filtered row turns NaN into -inf and keeps only its +inf tokens if it holds any (then
+    filters as usual); a row only scaled keeps its NaN and infs."""
+    rows, _, _ = nonfinite_rows()
+    filtered = rows.clone()
+    ak.process_logits(filtered, torch.full((7,), 0.5), torch.full((7,), 20, dtype=I32), torch.ones(7), torch.zeros(7))
+    clean = torch.where(rows.isnan(), -INF, rows) / 0.5
+    for i in range(7):
+        if (clean[i] == INF).any():
+            expected = torch.where(clean[i] == INF, INF, -INF)
+        else:  # top-20, ties impossible here; a row of -inf stays one
+            expected = torch.where(clean[i] >= clean[i].topk(20).values[-1], clean[i], -INF)
+        assert torch.equal(filtered[i], expected), i
+    scaled = rows.clone()
+    ak.process_logits(scaled, torch.full((7,), 0.5), torch.zeros(7, dtype=I32), torch.ones(7), torch.zeros(7))
+    torch.testing.assert_close(scaled, rows / 0.5, rtol=0, atol=0, equal_nan=True)
+
+
+def test_logprobs_of_nonfinite_rows():
+    """NaN reads as -inf; +inf tokens share the mass (-log 3), the rest -inf; a row of -inf or
+    NaN has every logprob -inf; the top ids follow (value desc, id asc)."""
+    rows, _, _ = nonfinite_rows()
+    tokens = torch.tensor([10, 64, 200, 130, 170, 4, 4], dtype=I32)
+    values, ids = ak.gather_logprobs(rows, torch.arange(7, dtype=I32), tokens, 3)
+    clean = torch.where(rows.isnan(), -INF, rows)
+    expected = torch.log_softmax(clean, -1)
+    expected[2] = torch.where(clean[2] == INF, 0.0, -INF)
+    expected[3] = torch.where(clean[3] == INF, -torch.tensor(3.0).log(), -INF)
+    expected[5:] = -INF
+    torch.testing.assert_close(values[:, 0], expected.gather(1, tokens.long()[:, None])[:, 0])
+    assert ids[2:, 1:].tolist() == [[200, 0, 1], INF_TOKENS, [170, 0, 1], [0, 1, 2], [0, 1, 2]]
+    assert ids[:2, 1:].tolist() == expected[:2].topk(3).indices.tolist()
+    torch.testing.assert_close(values[:, 1:], expected.gather(1, ids[:, 1:].long()))
 
 
 def test_filtered_tokens_never_sampled_large_vocab():

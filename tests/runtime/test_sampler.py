@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from ascendkit.runtime.sampler import Sampler
+from ascendkit.runtime.sampling_batch import build_batch
 from ascendkit.runtime.sampling_params import SamplingParams
 from ascendkit.runtime.sequence import Sequence
 
@@ -162,3 +163,19 @@ def test_logprobs_top_k_plus_sampled():
     assert out.token_ids == [0, 0, 0] and out.logprobs[0] == pytest.approx({0: lp[0], 1: lp[1]})
     assert out.logprobs[1] is None
     assert out.logprobs[2] == pytest.approx({0: lp[0]})  # the model's logprobs: before penalties and filters
+
+
+def test_temperature_below_sampling_eps_is_greedy():
+    """vLLM's _SAMPLING_EPS: a temperature below 1e-5 samples greedily (filters ignored) instead of
+    dividing the logits into infs; the ops get 0 for such a row, so the decision is
+    SamplingParams.greedy's even where the fp32 rounding of the temperature reaches 1e-5."""
+    tiny = [1e-38, 1e-30, 5e-6, 1e-5 - 1e-13]
+    assert all(SamplingParams(temperature=t).greedy for t in tiny) and not SamplingParams(temperature=1e-5).greedy
+    logits = torch.randn(len(tiny), 300) * 3
+    params = [SamplingParams(temperature=t, top_k=3, top_p=0.5, seed=i) for i, t in enumerate(tiny)]
+    seqs = [seq(i, p) for i, p in enumerate(params)]
+    assert sample(Sampler(CPU), logits, seqs, append=False) == logits.argmax(-1).tolist()
+    assert build_batch(seqs, [0] * len(seqs), None, CPU).temperatures.tolist() == [0.0] * len(tiny)
+    for bad in (math.inf, math.nan, -1e-38):
+        with pytest.raises(ValueError, match="temperature"):
+            SamplingParams(temperature=bad)

@@ -17,6 +17,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ascendkit.ops.reference._sampling_nonfinite import NEG_INF, POS_INF, settle
+
 CHUNK = 64
 LIVE = 128  # a row with at most this many chunks holding a finite logit draws from those alone
 LOG2E = 1.4426950408889634
@@ -50,14 +52,25 @@ def chunked(y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(chunks [n, m, CHUNK], their maxima [n, m]) of fp32 rows y [n, vocab]; a vocabulary that
     CHUNK does not divide is padded with -inf (a copy), a view otherwise."""
     pad = -y.shape[1] % CHUNK
-    y = F.pad(y, (0, pad), value=float("-inf")) if pad else y.contiguous()
+    y = F.pad(y, (0, pad), value=NEG_INF) if pad else y.contiguous()
     chunks = y.view(y.shape[0], -1, CHUNK)
     return chunks, chunks.amax(-1)
 
 
+def settled(chunks: torch.Tensor, maxima: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """chunked()'s (chunks, maxima) with the rows holding a NaN or +inf rewritten by settle (their
+    +inf tokens as 0): a copy when there are such rows, the tensors themselves otherwise."""
+    odd = (maxima.isnan() | (maxima == POS_INF)).any(-1)
+    if not bool(odd.any()):
+        return chunks, maxima
+    rows = odd.nonzero()[:, 0]
+    fixed = settle(chunks.index_select(0, rows), 0.0)
+    return chunks.index_copy(0, rows, fixed), maxima.index_copy(0, rows, fixed.amax(-1))
+
+
 def argmax(chunks: torch.Tensor, maxima: torch.Tensor) -> torch.Tensor:
-    """Each row's argmax (int64 [n]) from chunked(): the first chunk holding the row's max, then
-    the first index in it, so ties go to the lowest id (and NaN counts as the max, as in argmax)."""
+    """Each row's argmax (int64 [n]) from settled(): the first chunk holding the row's max, then
+    the first index in it, so ties go to the lowest id (and a row of -inf gets 0)."""
     chunk = maxima.argmax(-1)
     within = chunks[torch.arange(chunks.shape[0], device=chunks.device), chunk].argmax(-1)
     return chunk * CHUNK + within
@@ -103,8 +116,8 @@ def _draw_live(chunks: torch.Tensor, live: torch.Tensor, u: torch.Tensor, rows: 
     most LIVE per row) laid end to end in vocabulary order, -inf after the last; u fp64 [r]."""
     at, cols = live.nonzero(as_tuple=True)  # row-major: a row's chunks in vocabulary order
     slot = live.cumsum(-1)[at, cols] - 1
-    width = max(int(live.sum(-1).max()), 1)
-    packed = chunks.new_full((rows.shape[0], width, CHUNK), float("-inf"))
+    width = int(live.sum(-1).max())
+    packed = chunks.new_full((rows.shape[0], width, CHUNK), NEG_INF)
     packed[at, slot] = chunks[rows[at], cols]
     chunk_ids = torch.zeros(rows.shape[0], width, dtype=torch.int64, device=chunks.device)
     chunk_ids[at, slot] = cols
@@ -113,18 +126,22 @@ def _draw_live(chunks: torch.Tensor, live: torch.Tensor, u: torch.Tensor, rows: 
 
 
 def draw(chunks: torch.Tensor, maxima: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """Each row's seeded inverse-CDF draw (int64 [n], a padded position of chunked()'s rows)
-    from chunks [n, m, CHUNK], maxima [n, m] and uniforms u (fp64 [n])."""
-    live = maxima > float("-inf")
-    narrow = live.sum(-1) <= LIVE
-    if not bool(narrow.any()):
+    """Each row's seeded inverse-CDF draw (int64 [n], a position of chunked()'s rows, never a
+    padded one) from settled()'s chunks [n, m, CHUNK] and maxima [n, m] and uniforms u (fp64
+    [n]); 0 in a row without a finite logit."""
+    live = maxima > NEG_INF
+    count = live.sum(-1)
+    wide = count > LIVE
+    if bool(wide.all()):
         return _locate(chunks, maxima.amax(-1), u)
-    rows = narrow.nonzero()[:, 0]
-    token = _draw_live(chunks, live.index_select(0, rows), u.index_select(0, rows), rows)
+    rows = ((count > 0) & ~wide).nonzero()[:, 0]
     if rows.numel() == chunks.shape[0]:
-        return token
-    wide = (~narrow).nonzero()[:, 0]
-    out = torch.empty(chunks.shape[0], dtype=torch.int64, device=chunks.device)
-    out[rows] = token
-    out[wide] = _locate(chunks.index_select(0, wide), maxima.index_select(0, wide).amax(-1), u.index_select(0, wide))
+        return _draw_live(chunks, live, u, rows)
+    out = torch.zeros(chunks.shape[0], dtype=torch.int64, device=chunks.device)
+    if rows.numel():
+        out[rows] = _draw_live(chunks, live.index_select(0, rows), u.index_select(0, rows), rows)
+    wide = wide.nonzero()[:, 0]
+    if wide.numel():
+        out[wide] = _locate(chunks.index_select(0, wide), maxima.index_select(0, wide).amax(-1),
+                            u.index_select(0, wide))
     return out

@@ -10,6 +10,9 @@ computed only where something needs it: top-p's total mass when top-k does not c
 to its candidates, the radix select (ascendkit/ops/reference/_sampling_select.py) where a
 threshold lies past the candidates (top-k beyond them, a nucleus wider than them), and the
 full-row mask of the rows whose kept tokens go past them.
+
+Rows whose largest logit is not finite (topk ranks a NaN first) follow the rules for
+non-finite logits (_filter_nonfinite): those rules leave every other row to the above.
 """
 from __future__ import annotations
 
@@ -18,10 +21,10 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from ascendkit.ops.reference._sampling_nonfinite import NEG_INF, POS_INF, settle
 from ascendkit.ops.reference._sampling_select import nucleus, radix_select
 
 CANDIDATES = 128
-NEG_INF = float("-inf")
 SMALLEST = 2.0**-149  # the smallest positive fp32: no float lies strictly between -SMALLEST and 0
 
 
@@ -97,11 +100,33 @@ def _write_kept(y: torch.Tensor, cand_y: torch.Tensor, cand_ids: torch.Tensor, c
         y.index_copy_(0, masked, masked_rows)
 
 
+def _filter_nonfinite(y: torch.Tensor, odd: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
+                      min_p: torch.Tensor) -> None:
+    """drop_filtered when some rows (odd, bool [n]) hold a NaN or +inf or no finite logit: their
+    NaN become -inf, and a row holding +inf keeps exactly its +inf tokens (the others have
+    probability 0, and every filter keeps a tied best group); then the rows with a finite max
+    are filtered as usual."""
+    rows = odd.nonzero()[:, 0]
+    fixed = settle(y.index_select(0, rows), POS_INF)
+    y.index_copy_(0, rows, fixed)
+    finite = torch.ones_like(odd)
+    finite[rows] = torch.isfinite(fixed.amax(-1))
+    if bool(finite.any()):
+        keep = finite.nonzero()[:, 0]
+        rest = y.index_select(0, keep)
+        drop_filtered(rest, top_k.index_select(0, keep), top_p.index_select(0, keep), min_p.index_select(0, keep))
+        y.index_copy_(0, keep, rest)
+
+
 def drop_filtered(y: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, min_p: torch.Tensor) -> None:
     """Sets -inf in y (fp32 [n, vocab], already divided by temperature) outside every filter:
     top_k (int64 [n, 1], 0 = off), top_p and min_p (fp32 [n, 1], 1 / 0 = off)."""
     vocab = y.shape[1]
     cand_y, cand_ids = y.topk(min(CANDIDATES, vocab), dim=-1)
+    odd = ~torch.isfinite(cand_y[:, 0])
+    if bool(odd.any()):
+        _filter_nonfinite(y, odd, top_k, top_p, min_p)
+        return
     cand = (cand_y - cand_y[:, :1]).exp_()
     e = _RowExp(y, cand_y[:, :1])
     k_on, k_floor = _top_k_floor(cand, top_k, vocab, e)

@@ -7,19 +7,23 @@ thresholds they cannot decide. Sampling (_sampling_draw.py) is an inverse-CDF dr
 per row, hashed from (seed, step), located in the row's softmax taken in vocabulary order. The
 Triton kernel draws by Gumbel-max with per-token hashed noise instead (one pass, no prefix sums
 on device): both follow the filtered distribution and each is reproducible on its own, but for
-the same seed the two paths may pick different tokens.
+the same seed the two paths may pick different tokens. Non-finite logits and tiny temperatures
+follow ascendkit/ops/sampling.py's rules (_sampling_nonfinite.py).
 """
 from __future__ import annotations
 
 import torch
 
-from ascendkit.ops.reference._sampling_draw import argmax, chunked, draw, uniforms
+from ascendkit.ops.reference._sampling_draw import argmax, chunked, draw, settled, uniforms
 from ascendkit.ops.reference._sampling_filter import drop_filtered
+from ascendkit.ops.reference._sampling_nonfinite import NEG_INF, settle
+
+SAMPLING_EPS = 1e-5  # vLLM's: a temperature below it is greedy (kernels/sampling.py holds the same)
 
 
 def process_logits(logits: torch.Tensor, temperatures: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
                    min_p: torch.Tensor) -> None:
-    greedy = temperatures == 0
+    greedy = temperatures < SAMPLING_EPS
     scale = torch.where(greedy, 1.0, temperatures)
     if bool((scale != 1).any()):
         logits.div_(scale[:, None])
@@ -37,8 +41,8 @@ def process_logits(logits: torch.Tensor, temperatures: torch.Tensor, top_k: torc
 
 def sample_tokens(token_ids: torch.Tensor, logits: torch.Tensor, temperatures: torch.Tensor, seeds: torch.Tensor,
                   steps: torch.Tensor) -> None:
-    chunks, maxima = chunked(logits)
-    noisy = temperatures != 0
+    chunks, maxima = settled(*chunked(logits))
+    noisy = temperatures >= SAMPLING_EPS
     if bool(noisy.all()):
         token = draw(chunks, maxima, uniforms(seeds, steps))
     else:
@@ -46,7 +50,7 @@ def sample_tokens(token_ids: torch.Tensor, logits: torch.Tensor, temperatures: t
         rows = noisy.nonzero()[:, 0]
         if rows.numel():
             token[rows] = draw(chunks[rows], maxima[rows], uniforms(seeds[rows], steps[rows]))
-    token_ids.copy_(token.clamp_(max=logits.shape[1] - 1))  # a padded position only in a row of -inf
+    token_ids.copy_(token)
 
 
 GROUP = 64  # tokens per group of the seen-token scan
@@ -120,7 +124,13 @@ def _by_value_then_id(values: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Te
 def gather_logprobs(logprobs: torch.Tensor, logprob_ids: torch.Tensor, logits: torch.Tensor, rows: torch.Tensor,
                     token_ids: torch.Tensor) -> None:
     n_top = logprobs.shape[1] - 1
-    lp = torch.log_softmax(logits.index_select(0, rows.long()), dim=-1)
+    x = logits.index_select(0, rows.long())
+    odd = (~torch.isfinite(x.amax(-1))).nonzero()[:, 0]  # a NaN, +inf, or no finite logit
+    if odd.numel():
+        x.index_copy_(0, odd, settle(x.index_select(0, odd), 0.0))
+    lp = torch.log_softmax(x, dim=-1)
+    if odd.numel():  # a row of -inf has no distribution: every logprob -inf, not log_softmax's NaN
+        lp.masked_fill_(lp.isnan(), NEG_INF)
     chosen = token_ids.index_select(0, rows.long()).long()[:, None]
     logprobs[:, :1] = lp.gather(1, chosen)
     logprob_ids[:, :1] = chosen
