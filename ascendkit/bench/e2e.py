@@ -33,17 +33,12 @@ from ascendkit.bench.kernels import DTYPES, default_dtype
 from ascendkit.bench.peers import RunResult, llamacpp_available, run_hf, run_llamacpp
 from ascendkit.bench.report import format_table, write_json
 from ascendkit.compilation import CompiledModel
+from ascendkit.model import model_path
 
 QUICK = {"num_prompts": 2, "input_len": 8, "output_len": 4}
 # Token ids below this are the special/control tokens of the GGUF vocabularies we ship; prompts
 # avoid them so no engine stops or switches templates on them.
 FIRST_PLAIN_TOKEN = 100
-
-
-def model_path(model: str) -> Path:
-    from ascendkit.model import EMBEDDED_MODELS, embedded_model_path
-
-    return Path(embedded_model_path(model) if model in EMBEDDED_MODELS else model)
 
 
 def synthetic_prompts(num_prompts: int, input_len: int, vocab_size: int, seed: int = 0) -> list[list[int]]:

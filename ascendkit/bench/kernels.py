@@ -52,8 +52,8 @@ def run_case(case: KernelCase, device: torch.device, peak: DevicePeak, min_time_
 
 def run(families: list[str] | None, dtype: str, quick: bool, out_dir: Path, min_time_s: float) -> dict:
     device = platform.default_device()
+    cases = all_cases(DTYPES[dtype], quick, families)  # unknown families fail before the peak is measured
     peak = current_peak()
-    cases = all_cases(DTYPES[dtype], quick, families)
     skipped = [c.name for c in cases if device.type == "cpu" and not fits_cpu(c)]
     rows, errors = [], []
     for case in cases:

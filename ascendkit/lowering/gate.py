@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from ascendkit.lowering.case import LoweringCase
-from ascendkit.lowering.cases import all_cases
+from ascendkit.lowering.cases import all_cases, check_families
 from ascendkit.lowering.frontend import TARGET_ARCH, backend, inspect_lowered, lower_to_linalg
 from ascendkit.lowering.hivm import HivmResult, compile_hivm
 
@@ -120,7 +120,9 @@ def _cases_from(target: str) -> list[LoweringCase]:
 
 def run_gate(families: list[str] | None = None, cases_from: str | None = None) -> list[LoweringReport]:
     """Every case of the given families (default: all), or the cases `module:function` returns
-    (e.g. the gate's positive controls); in a clean subprocess if the interpreter is on here."""
+    (e.g. the gate's positive controls); in a clean subprocess if the interpreter is on here.
+    Unknown families are a ValueError here, before any subprocess."""
+    check_families(families)
     if os.environ.get("TRITON_INTERPRET", "0") != "1":
         return lower_all(_cases_from(cases_from) if cases_from else all_cases(families))
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}

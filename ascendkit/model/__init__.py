@@ -19,12 +19,13 @@ from ascendkit.model.architectures.model_config import ModelConfig
 from ascendkit.model.attention_metadata import AttentionMetadata
 from ascendkit.model.loading.config import load_config, parse_config
 from ascendkit.model.loading.embedded import EMBEDDED_MODELS, default_model_path, embedded_model_path
-from ascendkit.model.loading.loader import LoadedModel, build_model, load_model
+from ascendkit.model.loading.loader import LoadedModel, build_model, chat_template, load_model, model_path
 from ascendkit.model.loading.w8a8 import quantize_w8a8, save_w8a8
 from ascendkit.model.tokenizers.detokenizer import IncrementalDetokenizer
 from ascendkit.model.tokenizers.tokenizer import Tokenizer
 
 __all__ = [
     "AttentionMetadata", "EMBEDDED_MODELS", "IncrementalDetokenizer", "LoadedModel", "ModelConfig", "Tokenizer", "build_model",
-    "default_model_path", "embedded_model_path", "load_config", "load_model", "parse_config", "quantize_w8a8", "save_w8a8",
+    "chat_template", "default_model_path", "embedded_model_path", "load_config", "load_model", "model_path", "parse_config",
+    "quantize_w8a8", "save_w8a8",
 ]

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ascendkit.runtime.sampling_params import SamplingParams
 
 DEMO_PROMPTS = [
     "What is the capital of France?",
@@ -46,13 +50,28 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from ascendkit.runtime.llm import LLM
+    return _run(args, _checked_params(args))
+
+
+def _checked_params(args: argparse.Namespace) -> SamplingParams:
+    """The SamplingParams, after the checks that need no weights: bad input fails in a second, not
+    after the model's load."""
+    from ascendkit.model import chat_template
     from ascendkit.runtime.sampling_params import SamplingParams
+
+    params = SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens,
+                            seed=args.seed)
+    if args.chat and not chat_template(args.model):
+        raise ValueError(f"--chat: model {args.model!r} has no chat template (a base model?); drop --chat and write "
+                         "the prompt in the model's own turn format")
+    return params
+
+
+def _run(args: argparse.Namespace, params: SamplingParams) -> int:
+    from ascendkit.runtime.llm import LLM
 
     llm = LLM(args.model, dtype=args.dtype, max_model_len=args.max_model_len, quantization=args.quantize,
               graph=args.graph, compilation_config=args.compilation_level, tensor_parallel_size=args.tensor_parallel_size)
-    params = SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens,
-                            seed=args.seed)
     use_tqdm = len(args.prompt) > 1
     if args.chat:
         outputs = llm.chat([[{"role": "user", "content": p}] for p in args.prompt], params, use_tqdm=use_tqdm)
@@ -75,7 +94,8 @@ def _generate(args: argparse.Namespace) -> int:
 
 def _demo(args: argparse.Namespace) -> int:
     args.prompt = DEMO_PROMPTS
+    params = _checked_params(args)
     if not args.compilation_level:
         print("compilation level 0 (eager): compiling costs about a minute on a CPU, longer than this demo; "
               "--compilation-level 1-3 compiles", file=sys.stderr)
-    return _generate(args)
+    return _run(args, params)

@@ -49,7 +49,8 @@ class LLM:
     N (launched by torchrun: WORLD_SIZE / RANK / LOCAL_RANK set, joined over env://; or a group
     from init_tensor_parallel) it runs as that rank, and every rank must make the same calls;
     otherwise N worker processes are spawned (device index = rank on NPU/CUDA; on CPU the
-    parent's torch threads are split between them) and `model` must be a name or path. Then
+    parent's torch threads are split between them) and `model` must be a name or path (one that
+    names nothing is a FileNotFoundError here, before any spawn). Then
     `model` and `engine` are None here: the parent keeps the tokenizer and model config, rank
     0's engine config (`config`) and no weights. tp_timeout_s bounds the workers' startup and
     every collective; a failed or dead worker is a RuntimeError naming the rank. shutdown()
@@ -63,7 +64,7 @@ class LLM:
                  seed: int = 0, compilation_config: CompilationConfig | dict | int | None = None,
                  tensor_parallel_size: int = 1, tp_timeout_s: float = 600.0) -> None:
         from ascendkit import platform
-        from ascendkit.model import LoadedModel, load_model
+        from ascendkit.model import LoadedModel, load_model, model_path
 
         if graph not in ("auto", "off"):
             raise ValueError(f"graph: must be 'auto' or 'off', got {graph!r}")
@@ -86,6 +87,7 @@ class LLM:
                                  "needs a model name or path, which each rank loads its shard of")
             from ascendkit.runtime.tp_executor import TPExecutor  # imports the model package: lazily, as above
 
+            model_path(str(model))  # a bad name or path fails here, not as every spawned rank's error
             self._executor = TPExecutor(str(model), args, size, tp_timeout_s)
             info = self._executor.info
             self.config: EngineConfig = info.config

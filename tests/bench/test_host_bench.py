@@ -44,6 +44,8 @@ def test_host_hollow_forward_is_timed_as_its_own_stage(tmp_path, capsys):
     assert "hollow model" in capsys.readouterr().out
 
 
-def test_host_stub_does_not_compile():
+def test_host_stub_does_not_compile(tmp_path):
+    from ascendkit.bench.host_overhead import run
+
     with pytest.raises(ValueError, match="compilation_level"):
-        main(["bench", "host", "--quick", "--compilation-level", "2"])
+        run([1], 1, tmp_path, forward="stub", compilation_level=2)

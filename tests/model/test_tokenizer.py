@@ -1,10 +1,11 @@
 """Tokenizer rebuilt from the SmolLM2 GGUF metadata vs HF's own GGUF tokenizer: ids, round trip,
 chat template rendering; incremental detokenization with multi-byte UTF-8 and BPE merges."""
+import json
 import os
 
 import pytest
 
-from ascendkit.model import IncrementalDetokenizer, Tokenizer, default_model_path
+from ascendkit.model import IncrementalDetokenizer, Tokenizer, chat_template, default_model_path
 from ascendkit.model.loading.gguf_loader import GGUFFile
 
 TEXTS = [
@@ -86,3 +87,19 @@ def test_from_hf_directory(hf, tmp_path):
     assert loaded.eos_token_ids == {2} and loaded.bos_token_id == 1
     expected = hf.apply_chat_template(CHATS[1], tokenize=False, add_generation_prompt=True)
     assert loaded.apply_chat_template(CHATS[1]) == expected
+
+
+def test_chat_template_is_read_without_a_load(hf, tmp_path):
+    """model.chat_template (the CLI's check before a load): the template the loaded tokenizer would
+    carry, from the files alone; None without a template or without tokenizer.json."""
+    hf.save_pretrained(tmp_path)
+    template = Tokenizer.from_directory(tmp_path).chat_template
+    assert "<|im_start|>" in template and chat_template(str(tmp_path)) == template
+    assert chat_template("default") == GGUFFile(default_model_path()).metadata["tokenizer.chat_template"]
+    (tmp_path / "chat_template.jinja").unlink(missing_ok=True)  # where newer transformers save it
+    config = tmp_path / "tokenizer_config.json"
+    config.write_text(json.dumps({k: v for k, v in json.loads(config.read_text()).items() if k != "chat_template"}))
+    assert chat_template(str(tmp_path)) is None and Tokenizer.from_directory(tmp_path).chat_template is None
+    hf.save_pretrained(tmp_path)
+    (tmp_path / "tokenizer.json").unlink()
+    assert chat_template(str(tmp_path)) is None

@@ -1,8 +1,10 @@
 """`ascendkit generate` / `ascendkit demo` on the stub model (argument routing, output format,
-exit status), the demo on the real embedded model, `ascendkit info`, and `ascendkit check-ascend`'s
-exit status (the gate itself runs in tests/lowering/test_gate.py)."""
+exit status), the demo on the real embedded model, `ascendkit info`, `ascendkit check-ascend`'s
+exit status (the gate itself runs in tests/lowering/test_gate.py), and bad input to every command:
+one line and exit status 2, its traceback only with --debug, before any model loads."""
 from __future__ import annotations
 
+import multiprocessing
 import re
 from types import SimpleNamespace
 
@@ -114,3 +116,84 @@ def test_check_ascend_exit_status(monkeypatch, capsys, ok, json_flag, status):
     assert cli.main(["check-ascend", "--family", "norm"] + (["--json"] if json_flag else [])) == status
     out = capsys.readouterr().out
     assert seen == [["norm"]] and ("case[x]" in out) and (("FAIL" in out) == (not ok and not json_flag))
+
+
+@pytest.fixture
+def no_model_load(monkeypatch):
+    """LLM refuses to be built: the command must fail before it loads a model."""
+    def refuse(model, **kw):
+        raise AssertionError(f"LLM({model!r}) was built: bad input must fail before the load")
+
+    monkeypatch.setattr(llm_module, "LLM", refuse)
+
+
+def _one_line_error(argv: list[str], capsys) -> str:
+    """Runs the command, checks exit status 2, nothing on stdout and one line on stderr; returns it."""
+    assert cli.main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert err.startswith("ascendkit: error: ")
+    return err.removeprefix("ascendkit: error: ").rstrip("\n")
+
+
+def test_chat_on_a_model_without_a_chat_template_is_one_line_before_the_load(no_model_load, capsys):
+    """The review's case: the embedded Gemma 3 270M is a base model; its GGUF metadata (read, not
+    its weights) has no chat template."""
+    message = _one_line_error(["generate", "--model", "gemma3-270m", "--chat", "--prompt", "Hi"], capsys)
+    assert message.startswith("--chat: model 'gemma3-270m' has no chat template")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["generate", "--prompt", "Hi", "--max-tokens", "0"], "max_tokens: must be an int >= 1"),
+    (["generate", "--prompt", "Hi", "--top-p", "1.5"], "top_p: "),
+    (["demo", "--max-tokens", "0"], "max_tokens: must be an int >= 1"),
+], ids=["generate", "generate_top_p", "demo"])
+def test_bad_sampling_values_fail_before_the_load(no_model_load, capsys, argv, message):
+    assert _one_line_error(argv, capsys).startswith(message)
+
+
+def test_missing_model_path_is_one_line_also_with_spawned_ranks(tmp_path, capsys):
+    """A path that names nothing, in this process and with --tensor-parallel-size 2 (refused in the
+    parent before any rank is spawned, not as each rank's error)."""
+    missing = str(tmp_path / "missing.gguf")
+    for extra in ([], ["--tensor-parallel-size", "2"]):
+        message = _one_line_error(["generate", "--model", missing, "--prompt", "Hi", *extra], capsys)
+        assert message.startswith(f"model: {missing!r} is not an embedded model name")
+    assert multiprocessing.active_children() == []
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["info"], "ASCENDKIT_KERNELS must be 'triton' or 'reference', got 'bogus'"),
+    (["check-ascend", "--family", "nosuch"], "families: unknown kernel families ['nosuch']"),
+    (["bench", "kernels", "--family", "nosuch"], "families: unknown benchmark families ['nosuch']"),
+    (["bench", "e2e", "--model", "no-such-model"], "model: 'no-such-model' is not an embedded model name"),
+    (["bench", "host", "--compilation-level", "2"], "compilation_level: only the hollow model compiles"),
+], ids=["info", "check-ascend", "bench-kernels", "bench-e2e", "bench-host"])
+def test_bad_input_to_every_other_command_is_one_line(monkeypatch, tmp_path, capsys, argv, message):
+    monkeypatch.setenv("ASCENDKIT_KERNELS", "bogus" if argv == ["info"] else "reference")
+    out_dir = ["--out", str(tmp_path)] if argv[0] == "bench" else []
+    assert _one_line_error(argv + out_dir, capsys).startswith(message)
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_debug_prints_the_traceback_then_the_line(no_model_load, capsys, where):
+    """--debug is global: before the command or among its arguments."""
+    argv = ["generate", "--prompt", "Hi", "--max-tokens", "0"]
+    assert cli.main(["--debug", *argv] if where == "before" else [*argv, "--debug"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("Traceback (most recent call last):")
+    assert "ValueError: max_tokens: must be an int >= 1\n" in err
+    assert err.splitlines()[-1] == "ascendkit: error: max_tokens: must be an int >= 1"
+
+
+def test_other_exceptions_are_bugs_and_keep_their_traceback(monkeypatch):
+    """Only bad input is shortened: anything else propagates (the interpreter prints its traceback)."""
+    from ascendkit.lowering import gate
+
+    def broken(families, cases):
+        raise RuntimeError("internal")
+
+    monkeypatch.setattr(gate, "run_gate", broken)
+    with pytest.raises(RuntimeError, match="^internal$"):
+        cli.main(["check-ascend"])

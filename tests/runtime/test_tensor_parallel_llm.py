@@ -31,6 +31,7 @@ TIMEOUT_S = 180  # a rank's spawn + torch import + load on a busy 2-core machine
 OPTIONS = dict(num_kv_blocks=1100, max_num_seqs=4, tp_timeout_s=TIMEOUT_S)  # 4 prompts of 4096 tokens fit
 REPO = Path(ascendkit.__file__).resolve().parents[1]
 PROMPTS = [[5, 6, 7, 8], [9, 10, 11], list(range(3, 40)), [100, 3, 100, 3, 7]]
+LEVELS = [0, 2, 3]  # compilation levels of the torchrun ranks
 
 
 def _alive(pid: int) -> bool:
@@ -125,14 +126,18 @@ def test_unsplittable_heads_fail_the_start_naming_the_field(tmp_path):
 
 
 @pytest.mark.slow
-def test_torchrun_ranks_generate_the_tp1_tokens(tiny, tmp_path):
+def test_torchrun_ranks_generate_the_tp1_tokens_and_count_collectives_at_every_level(tiny, tmp_path):
     """Two ranks launched by torchrun, each calling LLM(..., tensor_parallel_size=2).generate on the
-    same prompts, run in-process as their rank (no spawned workers) and both get the TP=1 tokens."""
+    same prompts, run in-process as their rank (no spawned workers) and get the TP=1 tokens, eagerly
+    and at compilation levels 2 and 3 (one compile each); the compiled graphs count the collectives'
+    bytes as they run, so each level's all-reduce and all-gather bytes equal the eager run's."""
     want = _tokens(LLM(tiny, **OPTIONS).generate(PROMPTS, SamplingParams(max_tokens=8, ignore_eos=True),
                                                  use_tqdm=False))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           str(Path(__file__).with_name("torchrun_generate.py")), tiny, str(tmp_path), json.dumps(PROMPTS), "8"]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
+           str(Path(__file__).with_name("torchrun_generate.py")), tiny, str(tmp_path), json.dumps(PROMPTS), "8",
+           json.dumps(LEVELS)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")]),
+           "ASCENDKIT_CACHE_DIR": str(tmp_path / "cache")}
     launcher = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True)  # its own process group: a timeout kills every rank
     try:
@@ -142,10 +147,16 @@ def test_torchrun_ranks_generate_the_tp1_tokens(tiny, tmp_path):
         log, _ = launcher.communicate()
         pytest.fail(f"torchrun ranks still running after {TIMEOUT_S} s:\n{log[-3000:]}")
     assert launcher.returncode == 0, log[-3000:]
+    # per step: 2 layers x 2 all-reduces + the embedding's, of [tokens, 64] fp32; logits [rows, 128] fp32 gathered
+    computed_tokens = sum(map(len, PROMPTS)) + 4 * 7  # prompts, then every generated token but the last
+    eager_bytes = {"all_reduce": 5 * computed_tokens * 64 * 4, "all_gather": 4 * 8 * 128 * 4}
     for rank in range(2):
         result = json.loads((tmp_path / f"rank{rank}.json").read_text())
-        assert result["tokens"] == want and result["in_process"]
-        assert result["collective_bytes"]["all_gather"] == 4 * 8 * 128 * 4  # each rank gathered the logits itself
+        for level in LEVELS:
+            run = result[str(level)]
+            assert run["tokens"] == want and run["in_process"], (rank, level)
+            assert run["compiles"] == min(level, 1), (rank, level)
+            assert run["collective_bytes"] == eager_bytes, (rank, level)  # each rank gathered the logits itself
 
 
 def test_kv_blocks_are_the_minimum_over_the_ranks(monkeypatch):
@@ -167,6 +178,32 @@ def test_kv_blocks_are_the_minimum_over_the_ranks(monkeypatch):
     assert ops == [torch.distributed.ReduceOp.MIN] * 2 and collective_bytes()["all_reduce"] - before == 2 * 8
     with pytest.raises(ValueError, match="^op: must be one of"):
         collectives.all_reduce(torch.zeros(1), op="mean")
+
+
+def test_compiled_collectives_count_every_run(monkeypatch):
+    """A compiled graph keeps each collective as a custom op node that counts when the graph runs
+    (three calls: three counts), not once at trace time; with stand-ins for the peer's side."""
+    from ascendkit.distributed import collective_bytes, collectives, group
+
+    monkeypatch.setattr(group._GROUP, "size", 2)
+    monkeypatch.setattr(collectives.dist, "all_reduce", lambda x, op: x.mul_(2))  # the peer holds the same x
+    monkeypatch.setattr(collectives.dist, "all_gather", lambda parts, x: [p.copy_(x) for p in parts])
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    step = torch.compile(lambda x: collectives.all_gather(collectives.all_reduce(x + 1), dim=-1), backend=backend,
+                         fullgraph=True)
+    before = collective_bytes()
+    for _ in range(3):
+        out = step(torch.ones(3, 5))
+    assert torch.equal(out, torch.full((3, 10), 4.0))
+    assert len(graphs) == 1 and {str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"} >= {
+        "ascend_dist.all_reduce.default", "ascend_dist.all_gather.default"}
+    moved = {kind: n - before[kind] for kind, n in collective_bytes().items()}
+    assert moved == {"all_reduce": 3 * 15 * 4, "all_gather": 3 * 30 * 4}
 
 
 @pytest.mark.parametrize("size, error, message", [

@@ -22,8 +22,13 @@ def family_cases(family: str) -> list[LoweringCase]:
     return found
 
 
-def all_cases(families: list[str] | None = None) -> list[LoweringCase]:
+def check_families(families: list[str] | None) -> None:
+    """ValueError naming the families that are not kernel families, if any."""
     unknown = set(families or ()) - set(KERNEL_MODULES)
     if unknown:
         raise ValueError(f"families: unknown kernel families {sorted(unknown)}; known: {sorted(KERNEL_MODULES)}")
+
+
+def all_cases(families: list[str] | None = None) -> list[LoweringCase]:
+    check_families(families)
     return [case for family in KERNEL_MODULES if not families or family in families for case in family_cases(family)]

@@ -1,4 +1,5 @@
-"""load_model: an embedded model by name, an HF directory, or a .gguf file -> LoadedModel."""
+"""load_model: an embedded model by name, an HF directory, or a .gguf file -> LoadedModel; what such
+a name points to (`model_path`) and its chat template (`chat_template`), found without loading."""
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -15,7 +16,7 @@ from ascendkit.model.loading.config import load_config
 from ascendkit.model.loading.embedded import EMBEDDED_MODELS, embedded_model_path
 from ascendkit.model.loading.gguf_loader import GGUFFile
 from ascendkit.model.loading.w8a8 import checkpoint_is_w8a8, prepare_w8a8_shells, quantize_w8a8
-from ascendkit.model.tokenizers.tokenizer import Tokenizer
+from ascendkit.model.tokenizers.tokenizer import Tokenizer, directory_chat_template
 
 
 @dataclass
@@ -51,7 +52,7 @@ def load_model(model: str, dtype: torch.dtype = torch.float32, device: str | tor
     or converted here, each rank quantizing its own shard) shards like the float weights."""
     if quantization not in (None, "w8a8"):
         raise ValueError(f"quantization: must be None or 'w8a8', got {quantization!r}")
-    path = Path(embedded_model_path(model) if model in EMBEDDED_MODELS else model)
+    path = model_path(model)
     if path.is_dir():
         config = load_config(path)
         net = build_model(config, dtype, device)
@@ -59,16 +60,33 @@ def load_model(model: str, dtype: torch.dtype = torch.float32, device: str | tor
             prepare_w8a8_shells(net, {name for _, name, _ in safetensors_tensors(path)})
         load_weights(net, safetensors_tensors(path), str(path), dtype)
         tokenizer = Tokenizer.from_directory(path, config.eos_token_id) if (path / "tokenizer.json").is_file() else None
-    elif path.suffix == ".gguf" and path.is_file():
+    else:
         gguf = GGUFFile(path)
         config = gguf.config()
         net = build_model(config, dtype, device)
         load_weights(net, gguf.tensors(), str(path), dtype)
         tokenizer = Tokenizer.from_gguf_metadata(gguf.metadata, str(path))
-    else:
-        raise FileNotFoundError(f"model: {model!r} is not an embedded model name {sorted(EMBEDDED_MODELS)}, "
-                                "a model directory or a .gguf file")
     net.post_load()
     if quantization == "w8a8" and not checkpoint_is_w8a8(config.raw):
         quantize_w8a8(net)
     return LoadedModel(net.eval(), tokenizer, config)
+
+
+def model_path(model: str) -> Path:
+    """The file or directory `model` names: an embedded model's GGUF (by name, see
+    EMBEDDED_MODELS), an HF directory or a .gguf file; FileNotFoundError naming `model` otherwise."""
+    path = Path(embedded_model_path(model) if model in EMBEDDED_MODELS else model)
+    if not (path.is_dir() or (path.suffix == ".gguf" and path.is_file())):
+        raise FileNotFoundError(f"model: {model!r} is not an embedded model name {sorted(EMBEDDED_MODELS)}, "
+                                "a model directory or a .gguf file")
+    return path
+
+
+def chat_template(model: str) -> str | None:
+    """The chat template `model`'s tokenizer carries (None: it has none, or there is no tokenizer),
+    read from its tokenizer files or GGUF metadata without loading a weight: for callers that
+    check before paying for a load."""
+    path = model_path(model)
+    if path.is_dir():
+        return directory_chat_template(path) if (path / "tokenizer.json").is_file() else None
+    return GGUFFile(path).metadata.get("tokenizer.chat_template")

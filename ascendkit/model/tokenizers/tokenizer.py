@@ -17,7 +17,7 @@ from tokenizers import Tokenizer as _Backend
 from ascendkit.model.tokenizers.detokenizer import IncrementalDetokenizer
 from ascendkit.model.tokenizers.gguf import build_backend
 
-__all__ = ["Tokenizer", "IncrementalDetokenizer"]
+__all__ = ["IncrementalDetokenizer", "Tokenizer", "directory_chat_template"]
 
 
 class Tokenizer:
@@ -53,15 +53,9 @@ class Tokenizer:
         """tokenizer.json (required) + tokenizer_config.json (special tokens, chat template)."""
         d = Path(directory)
         backend = _Backend.from_file(str(d / "tokenizer.json"))
-        conf_path = d / "tokenizer_config.json"
-        conf = json.loads(conf_path.read_text()) if conf_path.is_file() else {}
-        template = conf.get("chat_template")
-        if template is None and (d / "chat_template.jinja").is_file():
-            template = (d / "chat_template.jinja").read_text()
-        if isinstance(template, list):  # named templates: use "default"
-            template = {t["name"]: t["template"] for t in template}.get("default")
-        return cls(backend, template, _token_text(conf.get("bos_token")), _token_text(conf.get("eos_token")),
-                   set(eos_token_ids))
+        conf = _tokenizer_config(d)
+        return cls(backend, _chat_template(d, conf), _token_text(conf.get("bos_token")),
+                   _token_text(conf.get("eos_token")), set(eos_token_ids))
 
     @classmethod
     def from_gguf_metadata(cls, metadata: dict[str, Any], source: str) -> "Tokenizer":
@@ -72,6 +66,26 @@ class Tokenizer:
         bos_id, eos_id = metadata.get("tokenizer.ggml.bos_token_id"), metadata.get("tokenizer.ggml.eos_token_id")
         return cls(backend, metadata.get("tokenizer.chat_template"), tokens[bos_id] if bos_id is not None else None,
                    tokens[eos_id] if eos_id is not None else None)
+
+
+def directory_chat_template(directory: str | Path) -> str | None:
+    """The chat template `from_directory` would give the directory's tokenizer (None: it has
+    none), read without building the tokenizer."""
+    return _chat_template(Path(directory), _tokenizer_config(Path(directory)))
+
+
+def _tokenizer_config(d: Path) -> dict:
+    path = d / "tokenizer_config.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _chat_template(d: Path, conf: dict) -> str | None:
+    template = conf.get("chat_template")
+    if template is None and (d / "chat_template.jinja").is_file():
+        template = (d / "chat_template.jinja").read_text()
+    if isinstance(template, list):  # named templates: use "default"
+        template = {t["name"]: t["template"] for t in template}.get("default")
+    return template
 
 
 def _token_text(token: Any) -> str | None:
