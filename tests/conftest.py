@@ -19,9 +19,21 @@ import torch  # noqa: E402
 
 import ascendkit  # noqa: E402,F401  (registers torch.ops.ascend.*)
 
+pytest_plugins = ["embedded"]  # the session-scoped embedded models and HF references
+
 
 def pytest_unconfigure(config):
     shutil.rmtree(SESSION_CACHE_DIR, ignore_errors=True)
+
+
+def pytest_runtest_setup(item):
+    """Under `--dist loadgroup` a test marked `xdist_group` runs on its group's one worker only if
+    pytest-xdist tagged its id with the group. Untagged, the group's module and session fixtures
+    (the embedded models, the Ascend gate) would be built on every worker: fail instead of paying
+    for that silently."""
+    if getattr(item.config.option, "loadgroup", False) and item.get_closest_marker("xdist_group") and "@" not in item.nodeid:
+        pytest.fail("--dist loadgroup: pytest-xdist did not tag this test with its xdist_group, so the group is "
+                    "spread over the workers (pytest 9 ignores xdist 3.8's tags: pyproject pins pytest<9)", pytrace=False)
 
 
 @pytest.fixture(autouse=True)

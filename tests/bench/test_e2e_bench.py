@@ -8,7 +8,26 @@ from ascendkit.bench.e2e import agreement, percentiles, synthetic_prompts
 from ascendkit.cli import main
 from compilation import tiny
 
-pytestmark = pytest.mark.xdist_group("e2e_bench")  # loads the model twice (ours, HF): keep to one worker
+pytestmark = pytest.mark.xdist_group("e2e_bench")  # the module's runs share HF's load (below): one worker
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _hf_loaded_once():
+    """`--compare hf` loads HF's model in every run (tens of seconds on this CPU): here the module's
+    runs share the first run's load. Each run still calls the bench's HF loading code."""
+    from transformers import AutoModelForCausalLM
+
+    load, loaded = AutoModelForCausalLM.from_pretrained, {}
+
+    def load_once(*args, **kwargs):
+        key = repr((args, sorted(kwargs.items())))
+        if key not in loaded:
+            loaded[key] = load(*args, **kwargs)
+        return loaded[key]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(AutoModelForCausalLM, "from_pretrained", load_once)
+        yield
 
 
 @pytest.mark.slow

@@ -18,6 +18,7 @@ from ascendkit.model import load_model
 from ascendkit.model.layers.linear import Linear
 from compilation import tiny
 
+pytestmark = pytest.mark.xdist_group("freezing")  # one worker compiles the module's level_2 fixture once
 needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
 
 

@@ -2,22 +2,23 @@
 GGUF loading of the same file (same dequantized weights, fp32): the SentencePiece tokenizer
 rebuilt from metadata (ids, decode, incremental detokenization), config, prefill and cached
 greedy decoding through the paged cache, a prompt longer than the 512-token sliding window, and
-the runtime's greedy generate vs HF generate. Each model and tokenizer is loaded once per module.
+the runtime's greedy generate vs HF generate. The models and HF's tokenizer are the session's
+(tests/embedded.py).
 
 Bound: max |Δlogit| < 5e-4 over the 262144-entry vocab (fp32 both sides, summation order only;
 observed 0 to ~1e-5 on this CPU).
 """
-import os
 from pathlib import Path
 
 import pytest
 import torch
 
-from ascendkit.model import AttentionMetadata, IncrementalDetokenizer, Tokenizer, embedded_model_path, load_model
+from ascendkit.model import AttentionMetadata, IncrementalDetokenizer, Tokenizer
 from ascendkit.runtime import LLM, SamplingParams
+from embedded import GEMMA3
 from model.helpers import check_parity
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("gemma3_270m")]  # ~2.5 GB of fp32 models
+pytestmark = [pytest.mark.slow, GEMMA3]  # ~2.5 GB of fp32 models
 
 ATOL = 5e-4
 TEXT = (Path(__file__).parents[1] / "data" / "public_domain.txt").read_text()
@@ -29,52 +30,30 @@ TEXTS = ["Hello world", "  leading,  double   and trailing spaces  ", "tabs\tand
          "[multimodal] <unused0>", TEXT]
 
 
-@pytest.fixture(scope="module")
-def ours():
-    return load_model("gemma3-270m")
-
-
-@pytest.fixture(scope="module")
-def hf():
-    from transformers import AutoModelForCausalLM
-
-    path = embedded_model_path("gemma3-270m")
-    return AutoModelForCausalLM.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path),
-                                                dtype=torch.float32).eval()
-
-
-@pytest.fixture(scope="module")
-def hf_tokenizer():
-    from transformers import AutoTokenizer
-
-    path = embedded_model_path("gemma3-270m")
-    return AutoTokenizer.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path))
-
-
 @pytest.mark.parametrize("add_special_tokens", [True, False])
-def test_tokenizer_ids_equal_hf(ours, hf_tokenizer, add_special_tokens):
+def test_tokenizer_ids_equal_hf(gemma3, hf_gemma3_tokenizer, add_special_tokens):
     for text in TEXTS:
-        assert ours.tokenizer.encode(text, add_special_tokens) == hf_tokenizer.encode(text, add_special_tokens=add_special_tokens), text
+        assert gemma3.tokenizer.encode(text, add_special_tokens) == hf_gemma3_tokenizer.encode(text, add_special_tokens=add_special_tokens), text
 
 
-def test_tokenizer_decode_and_special_tokens(ours, hf_tokenizer):
-    tok = ours.tokenizer
+def test_tokenizer_decode_and_special_tokens(gemma3, hf_gemma3_tokenizer):
+    tok = gemma3.tokenizer
     assert (tok.bos_token_id, tok.eos_token_ids, tok.vocab_size) == (2, {1}, 262144)
-    assert tok.encode("hi")[0] == 2 and tok.encode("<end_of_turn>", False) == [hf_tokenizer.convert_tokens_to_ids("<end_of_turn>")]
+    assert tok.encode("hi")[0] == 2 and tok.encode("<end_of_turn>", False) == [hf_gemma3_tokenizer.convert_tokens_to_ids("<end_of_turn>")]
     for text in TEXTS:
-        ids = hf_tokenizer.encode(text)
+        ids = hf_gemma3_tokenizer.encode(text)
         for skip in (True, False):
-            assert tok.decode(ids, skip) == hf_tokenizer.decode(ids, skip_special_tokens=skip), text
+            assert tok.decode(ids, skip) == hf_gemma3_tokenizer.decode(ids, skip_special_tokens=skip), text
         if "<" not in text:
             assert tok.decode(tok.encode(text)) == text
 
 
-def test_incremental_detokenizer_reproduces_the_full_decode(ours):
+def test_incremental_detokenizer_reproduces_the_full_decode(gemma3):
     text = "Byte fallback: 🎉🚀 𝔘𝔫𝔦𝔠𝔬𝔡𝔢, 日本語, and  spaces\n\n\n done."
-    prompt, completion = ours.tokenizer.encode("Say:"), ours.tokenizer.encode(text, False)
-    detok = IncrementalDetokenizer(ours.tokenizer, prompt)
+    prompt, completion = gemma3.tokenizer.encode("Say:"), gemma3.tokenizer.encode(text, False)
+    detok = IncrementalDetokenizer(gemma3.tokenizer, prompt)
     pieces = [detok.feed(i) for i in completion]
-    assert "".join(pieces) == detok.text == ours.tokenizer.decode(completion) == text
+    assert "".join(pieces) == detok.text == gemma3.tokenizer.decode(completion) == text
 
 
 def test_unknown_gguf_tokenizer_model_is_refused():
@@ -82,8 +61,8 @@ def test_unknown_gguf_tokenizer_model_is_refused():
         Tokenizer.from_gguf_metadata({"tokenizer.ggml.model": "bert", "tokenizer.ggml.tokens": ["a"]}, "my.gguf")
 
 
-def test_config_matches_hf(ours, hf):
-    c, h = ours.config, hf.config
+def test_config_matches_hf(gemma3, hf_gemma3):
+    c, h = gemma3.config, hf_gemma3.config
     assert c.architecture == "Gemma3ForCausalLM" and c.layer_types == h.layer_types
     assert "full_attention" in c.layer_types and "sliding_attention" in c.layer_types
     assert (c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, c.head_dim) == (
@@ -92,21 +71,21 @@ def test_config_matches_hf(ours, hf):
     assert c.rope_theta == h.rope_parameters["full_attention"]["rope_theta"]
     assert c.local_rope_theta == h.rope_parameters["sliding_attention"]["rope_theta"]
     assert c.attention_scale == h.query_pre_attn_scalar ** -0.5 and c.tie_word_embeddings
-    assert ours.model.lm_head is None  # no output.weight in the file: tied to token_embd
+    assert gemma3.model.lm_head is None  # no output.weight in the file: tied to token_embd
 
 
-def test_prefill_and_cached_greedy_decode(ours, hf):
-    prompts = [ours.tokenizer.encode(p) for p in PROMPTS]
-    worst = check_parity(ours.model, hf, prompts, decode_steps=8, atol=ATOL)
+def test_prefill_and_cached_greedy_decode(gemma3, hf_gemma3):
+    prompts = [gemma3.tokenizer.encode(p) for p in PROMPTS]
+    worst = check_parity(gemma3.model, hf_gemma3, prompts, decode_steps=8, atol=ATOL)
     print(f"max |Δlogit| {worst:.2e}")
 
 
-def test_prompt_longer_than_the_sliding_window(ours, hf):
+def test_prompt_longer_than_the_sliding_window(gemma3, hf_gemma3):
     """A 600-token prompt: the sliding layers must see only the last 512 keys (HF masks the same),
     in the prefill and in the decode steps that follow through the paged cache."""
-    ids = ours.tokenizer.encode(TEXT)[:600]
-    assert len(ids) == 600 > ours.config.sliding_window
-    model, block_size = ours.model, 16
+    ids = gemma3.tokenizer.encode(TEXT)[:600]
+    assert len(ids) == 600 > gemma3.config.sliding_window
+    model, block_size = gemma3.model, 16
     blocks = torch.randperm(64, generator=torch.Generator().manual_seed(0))[:48].to(torch.int32) + 1
     model.allocate_kv_cache(65, block_size, torch.float32, "cpu")
 
@@ -122,7 +101,7 @@ def test_prompt_longer_than_the_sliding_window(ours, hf):
 
     def reference(seq: list[int]) -> torch.Tensor:
         with torch.no_grad():
-            return hf(torch.tensor([seq]), logits_to_keep=4).logits[0].float()
+            return hf_gemma3(torch.tensor([seq]), logits_to_keep=4).logits[0].float()
 
     got, seq = step(ids, 0), list(ids)
     assert (got - reference(seq)).abs().max().item() < ATOL
@@ -134,16 +113,16 @@ def test_prompt_longer_than_the_sliding_window(ours, hf):
         assert (got[-1] - ref).abs().max().item() < ATOL
 
 
-def test_runtime_greedy_equals_hf_generate(ours, hf):
+def test_runtime_greedy_equals_hf_generate(gemma3, hf_gemma3):
     """LLM.generate (batched, paged, prefix caching, graph buckets) gives HF generate's tokens."""
     new_tokens = 24
-    llm = LLM(ours, max_model_len=128, max_num_seqs=4, block_size=16)
+    llm = LLM(gemma3, max_model_len=128, max_num_seqs=4, block_size=16)
     outs = llm.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=new_tokens), use_tqdm=False)
     for prompt, out in zip(PROMPTS, outs):
-        ids = ours.tokenizer.encode(prompt)
+        ids = gemma3.tokenizer.encode(prompt)
         assert out.prompt_token_ids == ids and ids[0] == 2  # <bos>
         with torch.inference_mode():
-            ref = hf.generate(torch.tensor([ids]), max_new_tokens=new_tokens, do_sample=False)[0, len(ids):].tolist()
+            ref = hf_gemma3.generate(torch.tensor([ids]), max_new_tokens=new_tokens, do_sample=False)[0, len(ids):].tolist()
         assert out.outputs[0].token_ids == ref[: len(out.outputs[0].token_ids)], prompt
         assert len(out.outputs[0].token_ids) == len(ref), prompt  # both stop at <eos> or run to the end
-        assert out.outputs[0].text == ours.tokenizer.decode(ref)
+        assert out.outputs[0].text == gemma3.tokenizer.decode(ref)

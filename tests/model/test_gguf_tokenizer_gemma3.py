@@ -5,17 +5,18 @@ derived from the vocabulary, incremental detokenization; unsupported tokenizer m
 byte-level ("gpt2") path's handling of raw-UTF-8 and mislabelled CONTROL tokens.
 
 Metadata is read with ascendkit's fast GGUF header reader (same values as gguf's
-`field.contents()`, ~0.4 s instead of ~15 s). HF's tokenizer (~20 s to build) is built once.
+`field.contents()`, ~0.4 s instead of ~15 s). HF's tokenizer (~20 s to build) is the session's
+(tests/embedded.py).
 """
-import os
 
 import pytest
 
 from ascendkit.model import IncrementalDetokenizer, Tokenizer, embedded_model_path
 from ascendkit.model.loading.gguf_reader import read_gguf
 from ascendkit.model.tokenizers.gguf import SPACE_PIECE, build_backend, derive_merges
+from embedded import GEMMA3
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("gemma3_270m")]
+pytestmark = [pytest.mark.slow, GEMMA3]
 
 PLAIN = [
     "Hello world",
@@ -78,13 +79,6 @@ def ours(metadata, path):
     return Tokenizer.from_gguf_metadata(metadata, path)
 
 
-@pytest.fixture(scope="module")
-def hf(path):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path))
-
-
 def test_metadata_is_the_sentencepiece_kind(metadata):
     assert metadata["tokenizer.ggml.model"] == "llama" and "tokenizer.ggml.merges" not in metadata
     assert len(metadata["tokenizer.ggml.tokens"]) == 262144
@@ -92,20 +86,20 @@ def test_metadata_is_the_sentencepiece_kind(metadata):
 
 @pytest.mark.parametrize("add_special_tokens", [True, False])
 @pytest.mark.parametrize("text", TEXTS)
-def test_ids_equal_hf(ours, hf, text, add_special_tokens):
-    assert ours.encode(text, add_special_tokens) == hf.encode(text, add_special_tokens=add_special_tokens)
+def test_ids_equal_hf(ours, hf_gemma3_tokenizer, text, add_special_tokens):
+    assert ours.encode(text, add_special_tokens) == hf_gemma3_tokenizer.encode(text, add_special_tokens=add_special_tokens)
 
 
-def test_many_texts_in_one_go_equal_hf(ours, hf):
+def test_many_texts_in_one_go_equal_hf(ours, hf_gemma3_tokenizer):
     text = "\n".join(TEXTS) * 3
-    assert ours.encode(text) == hf.encode(text)
+    assert ours.encode(text) == hf_gemma3_tokenizer.encode(text)
 
 
 @pytest.mark.parametrize("text", TEXTS)
-def test_decode_equals_hf(ours, hf, text):
-    ids = hf.encode(text)
+def test_decode_equals_hf(ours, hf_gemma3_tokenizer, text):
+    ids = hf_gemma3_tokenizer.encode(text)
     for skip in (True, False):
-        assert ours.decode(ids, skip) == hf.decode(ids, skip_special_tokens=skip)
+        assert ours.decode(ids, skip) == hf_gemma3_tokenizer.decode(ids, skip_special_tokens=skip)
 
 
 @pytest.mark.parametrize("text", PLAIN + [""])
@@ -115,19 +109,19 @@ def test_round_trip(ours, text):
     assert ours.decode(ours.encode(text), skip_special_tokens=False) == "<bos>" + text
 
 
-def test_special_tokens(ours, hf):
+def test_special_tokens(ours, hf_gemma3_tokenizer):
     assert (ours.bos_token_id, ours.bos_token, ours.eos_token) == (2, "<bos>", "<eos>")
     assert 1 in ours.eos_token_ids and ours.eos_token_ids == {1}
-    assert ours.vocab_size == 262144 == len(hf)
+    assert ours.vocab_size == 262144 == len(hf_gemma3_tokenizer)
     assert ours.encode("hi")[0] == 2 and ours.encode("hi", False)[0] != 2
     ids = ours.encode("<start_of_turn>user\nhi<end_of_turn>", False)
-    turn = [hf.convert_tokens_to_ids(t) for t in ("<start_of_turn>", "<end_of_turn>")]
+    turn = [hf_gemma3_tokenizer.convert_tokens_to_ids(t) for t in ("<start_of_turn>", "<end_of_turn>")]
     assert (ids[0], ids[-1]) == tuple(turn)  # control tokens stay whole
     assert ours.decode(ids) == "user\nhi"
     assert ours.decode(ids, skip_special_tokens=False) == "<start_of_turn>user\nhi<end_of_turn>"
     # user-defined tokens (e.g. HTML tags) are matched whole and kept on decode
     ids = ours.encode("<table>", False)
-    assert ids == [hf.convert_tokens_to_ids("<table>")] and ours.decode(ids) == "<table>"
+    assert ids == [hf_gemma3_tokenizer.convert_tokens_to_ids("<table>")] and ours.decode(ids) == "<table>"
 
 
 def test_whitespace_pieces_are_respelled(ours):
@@ -136,7 +130,7 @@ def test_whitespace_pieces_are_respelled(ours):
     assert ours.encode("a  b", False) == [ours.backend.token_to_id("a"), 138, ours.backend.token_to_id("b")]
 
 
-def test_derived_merges_equal_hf(metadata, hf):
+def test_derived_merges_equal_hf(metadata, hf_gemma3_tokenizer):
     """HF's generate_merges over the same vocabulary (ranked by position) gives the same list; HF's
     built backend holds the same merges."""
     from transformers.tokenization_utils_base import generate_merges
@@ -149,9 +143,9 @@ def test_derived_merges_equal_hf(metadata, hf):
     assert merges == generate_merges(vocab, {p: -i for i, p in enumerate(pieces)})
 
 
-def test_incremental_detokenizer_reproduces_full_decode(ours, hf):
+def test_incremental_detokenizer_reproduces_full_decode(ours, hf_gemma3_tokenizer):
     prompt, completion = ours.encode("Say:"), ours.encode(DETOKENIZE, False)
-    assert completion == hf.encode(DETOKENIZE, add_special_tokens=False)
+    assert completion == hf_gemma3_tokenizer.encode(DETOKENIZE, add_special_tokens=False)
     assert any(ours.backend.id_to_token(i).startswith("<0x") for i in completion)  # byte fallback used
     detok = IncrementalDetokenizer(ours, prompt)
     pieces = [detok.feed(i) for i in completion]
@@ -188,6 +182,6 @@ def test_byte_level_typed_tokens():
 
 
 @pytest.mark.parametrize("text", LOSSY)
-def test_space_mark_decodes_as_space_like_hf(ours, hf, text):
+def test_space_mark_decodes_as_space_like_hf(ours, hf_gemma3_tokenizer, text):
     ids = ours.encode(text, False)
-    assert ours.decode(ids) == hf.decode(ids) == text.replace(SPACE_PIECE, " ")
+    assert ours.decode(ids) == hf_gemma3_tokenizer.decode(ids) == text.replace(SPACE_PIECE, " ")

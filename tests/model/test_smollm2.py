@@ -1,6 +1,6 @@
 """The embedded SmolLM2-135M-Instruct GGUF: ours vs HF transformers' own GGUF loading (same
 dequantized weights, fp32), greedy cached decoding, and W8A8 (dynamic) perplexity on a fixed
-public-domain text. SmolLM2 is loaded once per module.
+public-domain text. Both models are the session's (tests/embedded.py).
 
 Bounds (measured on this CPU, fp32):
 - prefill/decode logits: max |Δlogit| < 5e-4 over the 49152-entry vocab (observed 8e-5; logits
@@ -8,35 +8,21 @@ Bounds (measured on this CPU, fp32):
 - W8A8 dynamic perplexity within 15% of fp32 (observed 12.81 -> 13.79, +7.6%).
 """
 import copy
-import os
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from ascendkit.model import default_model_path, load_model, quantize_w8a8
+from ascendkit.model import quantize_w8a8
+from embedded import SMOLLM2
 from model.helpers import PagedDriver, hf_logits
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, SMOLLM2]
 
 ATOL = 5e-4
 PPL_RATIO = 1.15
 TEXT = (Path(__file__).parents[1] / "data" / "public_domain.txt").read_text()
-
-
-@pytest.fixture(scope="module")
-def ours():
-    return load_model("default")
-
-
-@pytest.fixture(scope="module")
-def hf():
-    from transformers import AutoModelForCausalLM
-
-    path = default_model_path()
-    return AutoModelForCausalLM.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path),
-                                                dtype=torch.float32).eval()
 
 
 def _greedy(model, prompt: list[int], steps: int) -> tuple[list[int], list[torch.Tensor]]:
@@ -50,20 +36,20 @@ def _greedy(model, prompt: list[int], steps: int) -> tuple[list[int], list[torch
     return seq, steps_logits
 
 
-def test_config_from_gguf(ours):
-    c = ours.config
+def test_config_from_gguf(smollm2):
+    c = smollm2.config
     assert (c.architecture, c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.num_key_value_heads,
             c.head_dim, c.vocab_size, c.rope_theta, c.tie_word_embeddings) == (
         "LlamaForCausalLM", 30, 576, 9, 3, 64, 49152, 100000.0, True)
     assert c.max_position_embeddings == 8192 and abs(c.rms_norm_eps - 1e-5) < 1e-9
 
 
-def test_logits_and_cached_decode_match_hf(ours, hf):
-    tok = ours.tokenizer
+def test_logits_and_cached_decode_match_hf(smollm2, hf_smollm2):
+    tok = smollm2.tokenizer
     prompt = tok.encode(tok.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}]),
                         add_special_tokens=False)  # the template carries any special tokens, as in LLM.chat
-    seq, logits = _greedy(ours.model, prompt, steps=8)
-    full = hf_logits(hf, seq)
+    seq, logits = _greedy(smollm2.model, prompt, steps=8)
+    full = hf_logits(hf_smollm2, seq)
     assert (logits[0] - full[: len(prompt)]).abs().max().item() < ATOL
     for i, step in enumerate(logits[1:]):
         row = full[len(prompt) + i]
@@ -78,16 +64,16 @@ def _perplexity(model, ids: list[int]) -> float:
     return F.cross_entropy(logits[:-1], torch.tensor(ids[1:])).exp().item()
 
 
-def test_w8a8_perplexity_and_greedy(ours):
-    ids = ours.tokenizer.encode(TEXT)
+def test_w8a8_perplexity_and_greedy(smollm2):
+    ids = smollm2.tokenizer.encode(TEXT)
     assert len(ids) > 700
-    quantized = quantize_w8a8(copy.deepcopy(ours.model))
+    quantized = quantize_w8a8(copy.deepcopy(smollm2.model))
     layer = quantized.model.layers[0]
     assert layer.self_attn.qkv_proj.weight.dtype == torch.int8 and layer.mlp.down_proj.weight.dtype == torch.int8
-    fp32_ppl, w8a8_ppl = _perplexity(ours.model, ids), _perplexity(quantized, ids)
+    fp32_ppl, w8a8_ppl = _perplexity(smollm2.model, ids), _perplexity(quantized, ids)
     assert fp32_ppl < 20
     assert w8a8_ppl < fp32_ppl * PPL_RATIO, (fp32_ppl, w8a8_ppl)
-    tok = ours.tokenizer
+    tok = smollm2.tokenizer
     prompt = tok.encode(tok.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}]),
                         add_special_tokens=False)  # the template carries any special tokens, as in LLM.chat
     seq, _ = _greedy(quantized, prompt, steps=8)

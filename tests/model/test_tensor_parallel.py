@@ -5,7 +5,8 @@ heads split, one KV head replicated, untied head with biases), Qwen3 (q/k norm),
 (sliding window), Gemma 3 (one KV head replicated, q/k norms, sliding and full layers, tied head,
 soft-capping), vocabularies that do not divide (padded), and W8A8 checkpoints (static input
 scales: the same logits; dynamic per-token scales are taken over a rank's columns in the
-row-parallel layers, so within the W8A8 bound). All cases share one spawned run. In-process:
+row-parallel layers, so within the W8A8 bound), and DeepSeek-V2's cases (test_tensor_parallel_deepseek.py).
+All cases share one spawned run. In-process:
 each rank's shard of a W8A8 model, online W8A8 per rank, and sizes that cannot be split."""
 import json
 
@@ -16,6 +17,7 @@ from transformers import Gemma3TextConfig, LlamaConfig, MistralConfig, Qwen3Conf
 from ascendkit.model import load_model, quantize_w8a8, save_w8a8
 from ascendkit.model.architectures.base import CausalLM
 from model.helpers import PagedDriver, save_tiny
+from model.test_tensor_parallel_deepseek import CASES as DEEPSEEK_CASES
 from model.tp_worker import STEPS, run_ranks, script_logits
 from tolerances import assert_close
 
@@ -48,7 +50,7 @@ def _save_w8a8(float_dir, out, activation: str) -> None:
 
 def test_tp2_logits_equal_tp1(tmp_path):
     directories = {}
-    for case, config in CASES.items():
+    for case, config in {**CASES, **DEEPSEEK_CASES}.items():
         save_tiny(config, tmp_path / case, randomize_norms=True)
         directories[case] = str(tmp_path / case)
     for case in W8A8_CASES:
@@ -57,7 +59,7 @@ def test_tp2_logits_equal_tp1(tmp_path):
     expected = {case: script_logits(directory) for case, directory in directories.items()}
     ranks = run_ranks(2, directories, tmp_path)
     for case in directories:
-        vocab = (CASES.get(case) or CASES[W8A8_BASE]).vocab_size
+        vocab = ({**CASES, **DEEPSEEK_CASES}.get(case) or CASES[W8A8_BASE]).vocab_size
         for step, want in enumerate(expected[case]):
             assert want.shape[-1] == vocab
             for rank, got in enumerate(ranks):

@@ -1,7 +1,7 @@
 """Tokenizer rebuilt from the SmolLM2 GGUF metadata vs HF's own GGUF tokenizer: ids, round trip,
-chat template rendering; incremental detokenization with multi-byte UTF-8 and BPE merges."""
+chat template rendering; incremental detokenization with multi-byte UTF-8 and BPE merges. HF's
+tokenizer is the session's (tests/embedded.py)."""
 import json
-import os
 
 import pytest
 
@@ -27,18 +27,10 @@ def ours():
     return Tokenizer.from_gguf_metadata(GGUFFile(path).metadata, path)
 
 
-@pytest.fixture(scope="module")
-def hf():
-    from transformers import AutoTokenizer
-
-    path = default_model_path()
-    return AutoTokenizer.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path))
-
-
 @pytest.mark.parametrize("text", TEXTS)
-def test_encode_matches_hf_and_round_trips(ours, hf, text):
+def test_encode_matches_hf_and_round_trips(ours, hf_smollm2_tokenizer, text):
     ids = ours.encode(text)
-    assert ids == hf.encode(text)
+    assert ids == hf_smollm2_tokenizer.encode(text)
     assert ours.decode(ids) == text
 
 
@@ -52,8 +44,8 @@ def test_special_tokens(ours):
 
 @pytest.mark.parametrize("messages", CHATS)
 @pytest.mark.parametrize("generation_prompt", [True, False])
-def test_chat_template_matches_hf(ours, hf, messages, generation_prompt):
-    expected = hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
+def test_chat_template_matches_hf(ours, hf_smollm2_tokenizer, messages, generation_prompt):
+    expected = hf_smollm2_tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
     assert ours.apply_chat_template(messages, add_generation_prompt=generation_prompt) == expected
 
 
@@ -79,20 +71,20 @@ def test_no_chat_template_is_a_clear_error(ours):
         bare.apply_chat_template(CHATS[0])
 
 
-def test_from_hf_directory(hf, tmp_path):
-    hf.save_pretrained(tmp_path)  # tokenizer.json + tokenizer_config.json (+ chat template)
+def test_from_hf_directory(hf_smollm2_tokenizer, tmp_path):
+    hf_smollm2_tokenizer.save_pretrained(tmp_path)  # tokenizer.json + tokenizer_config.json (+ chat template)
     loaded = Tokenizer.from_directory(tmp_path, eos_token_ids=[2])
     for text in TEXTS:
-        assert loaded.encode(text) == hf.encode(text)
+        assert loaded.encode(text) == hf_smollm2_tokenizer.encode(text)
     assert loaded.eos_token_ids == {2} and loaded.bos_token_id == 1
-    expected = hf.apply_chat_template(CHATS[1], tokenize=False, add_generation_prompt=True)
+    expected = hf_smollm2_tokenizer.apply_chat_template(CHATS[1], tokenize=False, add_generation_prompt=True)
     assert loaded.apply_chat_template(CHATS[1]) == expected
 
 
-def test_chat_template_is_read_without_a_load(hf, tmp_path):
+def test_chat_template_is_read_without_a_load(hf_smollm2_tokenizer, tmp_path):
     """model.chat_template (the CLI's check before a load): the template the loaded tokenizer would
     carry, from the files alone; None without a template or without tokenizer.json."""
-    hf.save_pretrained(tmp_path)
+    hf_smollm2_tokenizer.save_pretrained(tmp_path)
     template = Tokenizer.from_directory(tmp_path).chat_template
     assert "<|im_start|>" in template and chat_template(str(tmp_path)) == template
     assert chat_template("default") == GGUFFile(default_model_path()).metadata["tokenizer.chat_template"]
@@ -100,6 +92,6 @@ def test_chat_template_is_read_without_a_load(hf, tmp_path):
     config = tmp_path / "tokenizer_config.json"
     config.write_text(json.dumps({k: v for k, v in json.loads(config.read_text()).items() if k != "chat_template"}))
     assert chat_template(str(tmp_path)) is None and Tokenizer.from_directory(tmp_path).chat_template is None
-    hf.save_pretrained(tmp_path)
+    hf_smollm2_tokenizer.save_pretrained(tmp_path)
     (tmp_path / "tokenizer.json").unlink()
     assert chat_template(str(tmp_path)) is None

@@ -6,16 +6,15 @@ GGUF carries no chat template, so both sides get the same turn-style template th
 The model behind LLM is the runtime's stub (only the prompt ids matter here)."""
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from ascendkit.bench.stub_model import StubConfig, StubModel
 from ascendkit.model import LoadedModel, Tokenizer, embedded_model_path
 from ascendkit.model.loading.gguf_reader import read_gguf
 from ascendkit.runtime import LLM, SamplingParams
+from embedded import GEMMA3
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("gemma3_270m")]
+pytestmark = [pytest.mark.slow, GEMMA3]
 
 CONVERSATIONS = [
     [{"role": "user", "content": "What is the capital of France?"}],
@@ -26,12 +25,11 @@ TURN_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<start_of_turn>{{ m['rol
                  "<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
 
 
-@pytest.mark.parametrize("name, template", [("default", None), ("gemma3-270m", TURN_TEMPLATE)])
-def test_chat_prompt_ids_equal_hf(name, template):
-    from transformers import AutoTokenizer
-
+@pytest.mark.parametrize("name, template, hf_tokenizer", [("default", None, "hf_smollm2_tokenizer"),
+                                                         ("gemma3-270m", TURN_TEMPLATE, "hf_gemma3_tokenizer")])
+def test_chat_prompt_ids_equal_hf(request, name, template, hf_tokenizer):
+    hf = request.getfixturevalue(hf_tokenizer)  # the session's (tests/embedded.py)
     path = embedded_model_path(name)
-    hf = AutoTokenizer.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path))
     tokenizer = Tokenizer.from_gguf_metadata(read_gguf(path)[0], path)
     if template is not None:
         tokenizer.chat_template = template

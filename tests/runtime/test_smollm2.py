@@ -1,24 +1,17 @@
 """The runtime on the embedded SmolLM2-135M-Instruct (fp32, CPU reference ops): greedy output
 equals HF transformers' greedy generate on the same GGUF, and batch composition, prefix caching,
-small prefill chunks, preemption and graph bucketing never change the greedy tokens. The model
-(ours and HF's) is loaded once per module."""
+small prefill chunks, preemption and graph bucketing never change the greedy tokens. The models
+and HF's greedy tokens are the session's (tests/embedded.py)."""
 from __future__ import annotations
 
-import os
-
 import pytest
-import torch
 
-from ascendkit.model import default_model_path, load_model
 from ascendkit.runtime import LLM, SamplingParams
+from embedded import NEW_TOKENS, PARITY, SMOLLM2
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, SMOLLM2]
 
-NEW_TOKENS = 32
 GREEDY = SamplingParams(temperature=0, max_tokens=NEW_TOKENS)
-# Prompts whose greedy continuations have no near-ties with HF in the first 32 tokens (the
-# "capital of France" chat prompt has one: see reference-facts) and do not hit EOS early.
-PARITY = ["The capital of Germany is", "def fibonacci(n):", "Once upon a time, in a small village,"]
 # 34 tokens: two full 16-token blocks shared by every prompt that starts with it
 SYSTEM = "You are a helpful assistant who answers briefly and precisely. " * 3
 QUESTIONS = ["What is 2+2?", "Name three colours.", "Why is the sky blue?", "What is Python?", "Say hello.",
@@ -30,44 +23,30 @@ QUESTIONS = ["What is 2+2?", "Name three colours.", "Why is the sky blue?", "Wha
 RUN_ARGS = dict(max_model_len=256, max_num_seqs=16, max_num_batched_tokens=512, block_size=16)
 
 
-@pytest.fixture(scope="module")
-def loaded():
-    return load_model("default")
-
-
-def run(loaded, prompts, **kw) -> tuple[list[list[int]], LLM]:
-    llm = LLM(loaded, **{**RUN_ARGS, **kw})
+def run(model, prompts, **kw) -> tuple[list[list[int]], LLM]:
+    llm = LLM(model, **{**RUN_ARGS, **kw})
     outs = llm.generate(prompts, GREEDY, use_tqdm=False)
     return [o.outputs[0].token_ids for o in outs], llm
 
 
 @pytest.fixture(scope="module")
-def batch16(loaded):
+def batch16(smollm2):
     """The baseline: prefix caching on, SYSTEM's blocks cached by an earlier request, so the 12
     SYSTEM prompts of the batch are served from the cache."""
     prompts = PARITY + [SYSTEM + q for q in QUESTIONS] + ["Hi"]
     assert len(prompts) == 16
-    llm = LLM(loaded, **RUN_ARGS)
+    llm = LLM(smollm2, **RUN_ARGS)
     llm.generate(SYSTEM, SamplingParams(temperature=0, max_tokens=1), use_tqdm=False)
     outs = llm.generate(prompts, GREEDY, use_tqdm=False)
     return prompts, [o.outputs[0].token_ids for o in outs], llm, [o.metrics.num_cached_tokens for o in outs]
 
 
-def test_greedy_equals_hf_generate(loaded, batch16):
-    from transformers import AutoModelForCausalLM
-
-    path = default_model_path()
-    hf = AutoModelForCausalLM.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path),
-                                              dtype=torch.float32).eval()
+def test_greedy_equals_hf_generate(smollm2, batch16, hf_smollm2_greedy):
     prompts, tokens, _, _ = batch16
-    alone, llm = run(loaded, PARITY, max_num_seqs=1)
+    alone, _ = run(smollm2, PARITY, max_num_seqs=1)
     for i, prompt in enumerate(PARITY):
-        ids = llm.tokenizer.encode(prompt)
-        with torch.inference_mode():
-            ref = hf.generate(torch.tensor([ids]), max_new_tokens=NEW_TOKENS, do_sample=False)[0, len(ids):].tolist()
-        assert len(ref) == NEW_TOKENS
-        assert alone[i] == ref, prompt
-        assert tokens[i] == ref, prompt  # inside the batch of 16 too
+        assert alone[i] == hf_smollm2_greedy[i], prompt
+        assert tokens[i] == hf_smollm2_greedy[i], prompt  # inside the batch of 16 too
 
 
 @pytest.mark.parametrize("config", [
@@ -76,23 +55,23 @@ def test_greedy_equals_hf_generate(loaded, batch16):
     {"graph": "off"},
     {"num_kv_blocks": 20},  # 16 sequences of up to ~80 tokens need over 50 blocks: preemption
 ], ids=["no_prefix_cache", "chunks_16", "graph_off", "preemption"])
-def test_batch_invariance(loaded, batch16, config):
+def test_batch_invariance(smollm2, batch16, config):
     prompts, expected, base, cached = batch16
     assert base.last_stats.num_preemptions == 0
     assert cached[3:15] == [32] * 12 and cached[:3] == [0, 0, 0]  # the SYSTEM prompts hit 2 blocks each
-    tokens, llm = run(loaded, prompts, **config)
+    tokens, llm = run(smollm2, prompts, **config)
     if "num_kv_blocks" in config:
         assert llm.last_stats.num_preemptions > 0
     assert tokens == expected
 
 
-def test_prefix_cache_hit_gives_the_cache_off_tokens(loaded):
+def test_prefix_cache_hit_gives_the_cache_off_tokens(smollm2):
     """A second request sharing SYSTEM's two full blocks with the first reads them from the cache
     and greedy-decodes the same 16 tokens as a run with prefix caching off."""
     params = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
     outs = {}
     for caching in (True, False):
-        llm = LLM(loaded, max_model_len=256, max_num_seqs=4, enable_prefix_caching=caching)
+        llm = LLM(smollm2, max_model_len=256, max_num_seqs=4, enable_prefix_caching=caching)
         first = llm.generate(SYSTEM + QUESTIONS[0], params, use_tqdm=False)[0]
         outs[caching] = llm.generate(SYSTEM + QUESTIONS[1], params, use_tqdm=False)[0]
         assert first.metrics.num_cached_tokens == 0
@@ -101,8 +80,8 @@ def test_prefix_cache_hit_gives_the_cache_off_tokens(loaded):
     assert outs[True].outputs[0].token_ids == outs[False].outputs[0].token_ids
 
 
-def test_chat_and_stop_string(loaded):
-    llm = LLM(loaded, max_model_len=256, max_num_seqs=4)
+def test_chat_and_stop_string(smollm2):
+    llm = LLM(smollm2, max_model_len=256, max_num_seqs=4)
     out = llm.chat([{"role": "user", "content": "What is the capital of Germany?"}],
                    SamplingParams(temperature=0, max_tokens=48), use_tqdm=False)[0]
     assert out.prompt.startswith("<|im_start|>") and "Berlin" in out.outputs[0].text
@@ -117,31 +96,31 @@ SAMPLED = dict(temperature=0.8, top_p=0.95, max_tokens=16, ignore_eos=True)
 PENALTIES = dict(repetition_penalty=1.2, frequency_penalty=0.5)
 
 
-def sampled(loaded, prompts, params, **kw) -> list[list[int]]:
-    llm = LLM(loaded, **{**RUN_ARGS, **kw})
+def sampled(model, prompts, params, **kw) -> list[list[int]]:
+    llm = LLM(model, **{**RUN_ARGS, **kw})
     outs = llm.generate(prompts, params, use_tqdm=False)
     if "num_kv_blocks" in kw:
         assert llm.last_stats.num_preemptions > 0
     return [o.outputs[0].token_ids for o in outs]
 
 
-def test_seeded_sampling_alone_batched_and_preempted(loaded, batch16):
+def test_seeded_sampling_alone_batched_and_preempted(smollm2, batch16):
     """Seeded top-p requests (half with penalties) draw the same tokens inside the batch of 16,
     alone, and through preemption and recompute; different from greedy, so they really sampled."""
     prompts, greedy, _, _ = batch16
     params = [SamplingParams(seed=100 + i, **SAMPLED, **(PENALTIES if i % 2 else {})) for i in range(16)]
-    batched = sampled(loaded, prompts, params)
-    assert sampled(loaded, prompts, params, num_kv_blocks=20) == batched
+    batched = sampled(smollm2, prompts, params)
+    assert sampled(smollm2, prompts, params, num_kv_blocks=20) == batched
     for i in (0, 5, 15):
-        assert sampled(loaded, [prompts[i]], params[i], max_num_seqs=1) == [batched[i]]
+        assert sampled(smollm2, [prompts[i]], params[i], max_num_seqs=1) == [batched[i]]
     assert sum(b != g[:16] for b, g in zip(batched, greedy)) > 0
 
 
-def test_unseeded_sampling_follows_the_engine_seed(loaded, batch16):
+def test_unseeded_sampling_follows_the_engine_seed(smollm2, batch16):
     """Unseeded requests take their seeds from the engine's generator as they arrive: a fixed
     LLM seed repeats the run; another seed changes it."""
     prompts = batch16[0][:8]
     params = SamplingParams(**SAMPLED)
-    first = sampled(loaded, prompts, params, seed=3)
-    assert sampled(loaded, prompts, params, seed=3) == first
-    assert sampled(loaded, prompts, params, seed=4) != first
+    first = sampled(smollm2, prompts, params, seed=3)
+    assert sampled(smollm2, prompts, params, seed=3) == first
+    assert sampled(smollm2, prompts, params, seed=4) != first

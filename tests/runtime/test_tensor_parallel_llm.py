@@ -23,6 +23,7 @@ from transformers import LlamaConfig
 import ascendkit
 from ascendkit.model import load_model
 from ascendkit.runtime import LLM, SamplingParams
+from embedded import GEMMA3
 from model.helpers import save_tiny
 
 SIZES = dict(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2, initializer_range=0.1,
@@ -226,17 +227,16 @@ def test_loaded_model_cannot_be_spawned_and_torchrun_world_must_match(tiny, monk
 
 
 @pytest.mark.slow
-def test_gemma3_270m_tp2_chat_greedy_tokens_equal_tp1():
+@GEMMA3
+def test_gemma3_270m_tp2_chat_greedy_tokens_equal_tp1(gemma3):
     """The embedded Gemma 3 270M (4 query heads on its single KV head, replicated on both ranks;
-    262,144-token tied vocabulary split in two) gives the single-process greedy tokens on chat
-    prompts (written in Gemma's turn format: the base GGUF carries no chat template)."""
+    262,144-token tied vocabulary split in two) gives the single-process greedy tokens (the
+    session's model, tests/embedded.py) on chat prompts (written in Gemma's turn format: the base
+    GGUF carries no chat template)."""
     prompts = [f"<start_of_turn>user\n{text}<end_of_turn>\n<start_of_turn>model\n" for text in
                ("What is the capital of France?", "Name three colours.", "Count from one to five.")]
     params = SamplingParams(max_tokens=12)
-    single = LLM("gemma3-270m", max_num_seqs=4, num_kv_blocks=64)
-    want = _tokens(single.generate(prompts, params, use_tqdm=False))
-    del single
-    gc.collect()
+    want = _tokens(LLM(gemma3, max_num_seqs=4, num_kv_blocks=64).generate(prompts, params, use_tqdm=False))
     llm = LLM("gemma3-270m", tensor_parallel_size=2, max_num_seqs=4, num_kv_blocks=64, tp_timeout_s=TIMEOUT_S)
     try:
         assert _tokens(llm.generate(prompts, params, use_tqdm=False)) == want

@@ -92,9 +92,11 @@ def test_greedy_chunked_argmax_matches_argmax(vocab):
     logits[2, [130, 131]] = 9.0  # tie inside one chunk
     logits[3] = float("-inf")  # no finite logit: id 0, as argmax
     logits[4, [vocab - 1]] = 9.0  # the last token (in the padded chunk for 1000)
-    logits[5, 700] = float("nan")  # NaN counts as the max, as in argmax
+    logits[5, 700] = float("nan")  # NaN reads as -inf (not as the max, which torch.argmax makes it)
     tokens = ak.sample_tokens(logits, torch.zeros(6), torch.zeros(6, dtype=I64), torch.zeros(6, dtype=I64))
-    assert tokens.tolist() == logits.argmax(-1).tolist() == [tokens[0].item(), 5, 130, 0, vocab - 1, 700]
+    expected = logits.nan_to_num(nan=float("-inf")).argmax(-1)
+    assert tokens.tolist() == expected.tolist() == [tokens[0].item(), 5, 130, 0, vocab - 1, expected[5].item()]
+    assert expected[5] != 700 and logits.argmax(-1)[5] == 700
 
 
 @pytest.mark.parametrize("setting", [s for s in SETTINGS if "top_p" in s or "top_k" in s], ids=str)
