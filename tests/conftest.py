@@ -21,6 +21,11 @@ import ascendkit  # noqa: E402,F401  (registers torch.ops.ascend.*)
 
 pytest_plugins = ["embedded"]  # the session-scoped embedded models and HF references
 
+# pytest-xdist workers share the machine's cores: each takes its share of torch's intra-op threads,
+# so two workers on two cores do not run four threads that wait on each other.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+
 
 def pytest_unconfigure(config):
     shutil.rmtree(SESSION_CACHE_DIR, ignore_errors=True)
