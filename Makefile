@@ -24,18 +24,18 @@ test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS) tests
 
 demo: $(STAMP)
-	$(VENV)/bin/ascendkit demo
+	$(VENV)/bin/ascendtile demo
 
 info: $(STAMP)
-	$(VENV)/bin/ascendkit info
+	$(VENV)/bin/ascendtile info
 
 check-ascend: $(STAMP)
-	$(VENV)/bin/ascendkit check-ascend
+	$(VENV)/bin/ascendtile check-ascend
 
 bench: $(STAMP)
-	$(VENV)/bin/ascendkit bench kernels
-	$(VENV)/bin/ascendkit bench host
-	$(VENV)/bin/ascendkit bench e2e --compare hf
+	$(VENV)/bin/ascendtile bench kernels
+	$(VENV)/bin/ascendtile bench host
+	$(VENV)/bin/ascendtile bench e2e --compare hf
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -1,6 +1,6 @@
-"""Microbenchmarks of every op family (cases: ascendkit/bench/cases/<family>.py), parametrized by
+"""Microbenchmarks of every op family (cases: ascendtile/bench/cases/<family>.py), parametrized by
 bench/conftest.py; `-k <family>` or `-k <op>` selects."""
-from ascendkit.bench.kernels import benchmark_case
+from ascendtile.bench.kernels import benchmark_case
 
 
 def test_kernel(benchmark, kernel_case, impl):

@@ -2,22 +2,22 @@ import os
 import shutil
 import tempfile
 
-# Kernels must be decorated in interpreter mode, so this is set before ascendkit is imported.
+# Kernels must be decorated in interpreter mode, so this is set before ascendtile is imported.
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
 # Compiles made with the default cache_dir go to a fresh directory of this session, never to the
-# user's ~/.cache/ascendkit (or a cache they point ASCENDKIT_CACHE_DIR at): a second run then
+# user's ~/.cache/ascendtile (or a cache they point ASCENDTILE_CACHE_DIR at): a second run then
 # compiles afresh again, and the user's cache is not filled by the suite. Set in os.environ, so the
 # processes the tests spawn use it too. One directory per process: each pytest-xdist worker is its
 # own session and gets its own, so whether a graph compiles or is read back never depends on which
 # tests another worker happened to run first (the cost: workers do not share compiled graphs).
-SESSION_CACHE_DIR = tempfile.mkdtemp(prefix="ascendkit-test-cache-")
-os.environ["ASCENDKIT_CACHE_DIR"] = SESSION_CACHE_DIR
+SESSION_CACHE_DIR = tempfile.mkdtemp(prefix="ascendtile-test-cache-")
+os.environ["ASCENDTILE_CACHE_DIR"] = SESSION_CACHE_DIR
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-import ascendkit  # noqa: E402,F401  (registers torch.ops.ascend.*)
+import ascendtile  # noqa: E402,F401  (registers torch.ops.ascend.*)
 
 pytest_plugins = ["embedded"]  # the session-scoped embedded models and HF references
 
@@ -49,9 +49,9 @@ def _seed():
 @pytest.fixture
 def triton_path(monkeypatch):
     """Route CPU tensors to the Triton kernels (under the interpreter) for this test."""
-    monkeypatch.setenv("ASCENDKIT_KERNELS", "triton")
+    monkeypatch.setenv("ASCENDTILE_KERNELS", "triton")
 
 
 @pytest.fixture
 def reference_path(monkeypatch):
-    monkeypatch.setenv("ASCENDKIT_KERNELS", "reference")
+    monkeypatch.setenv("ASCENDTILE_KERNELS", "reference")

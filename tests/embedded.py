@@ -9,7 +9,7 @@ import os
 import pytest
 import torch
 
-from ascendkit.model import LoadedModel, embedded_model_path, load_model
+from ascendtile.model import LoadedModel, embedded_model_path, load_model
 
 SMOLLM2 = pytest.mark.xdist_group("smollm2")
 GEMMA3 = pytest.mark.xdist_group("gemma3_270m")

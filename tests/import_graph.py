@@ -1,12 +1,12 @@
-"""The import graph of an ascendkit package, read from the source: every import statement
+"""The import graph of an ascendtile package, read from the source: every import statement
 counts, the lazy ones inside functions too, so no dependency can hide in a function body."""
 import ast
 import importlib
 from pathlib import Path
 
-import ascendkit
+import ascendtile
 
-SOURCE_ROOT = Path(ascendkit.__file__).parent.parent
+SOURCE_ROOT = Path(ascendtile.__file__).parent.parent
 
 
 def _is_module(dotted: str) -> bool:
@@ -30,7 +30,7 @@ def imported(path: Path):
 
 def part(module: str, depth: int) -> str:
     """The part of `package` a module belongs to: its dotted name's component at `depth`
-    (ascendkit.model.layers.norm at depth 2: layers); the package's own __init__ is "__init__"."""
+    (ascendtile.model.layers.norm at depth 2: layers); the package's own __init__ is "__init__"."""
     parts = module.split(".")
     return parts[depth] if len(parts) > depth and parts[depth] != "__init__" else "__init__"
 

@@ -17,15 +17,15 @@ from tolerances import assert_close
 
 @contextmanager
 def kernel_path(path: str):
-    old = os.environ.get("ASCENDKIT_KERNELS")
-    os.environ["ASCENDKIT_KERNELS"] = path
+    old = os.environ.get("ASCENDTILE_KERNELS")
+    os.environ["ASCENDTILE_KERNELS"] = path
     try:
         yield
     finally:
         if old is None:
-            del os.environ["ASCENDKIT_KERNELS"]
+            del os.environ["ASCENDTILE_KERNELS"]
         else:
-            os.environ["ASCENDKIT_KERNELS"] = old
+            os.environ["ASCENDTILE_KERNELS"] = old
 
 
 def run_both(op: Callable, args: Sequence, mutated: Sequence[int], **tol) -> None:

@@ -1,19 +1,19 @@
-"""Imports flow one way between ascendkit's packages (docs/architecture.md, module map):
+"""Imports flow one way between ascendtile's packages (docs/architecture.md, module map):
 cli -> bench -> runtime -> compilation -> model -> ops -> kernels (runtime also calls the
 sampling ops), with lowering beside kernels and distributed (the tensor-parallel group and its
 collectives) below model. Every import statement counts, including the lazy
 ones inside functions, so no cycle can hide in a function."""
 from pathlib import Path
 
-import ascendkit
+import ascendtile
 from import_graph import import_edges
 
-ROOT = Path(ascendkit.__file__).parent
-# package -> the ascendkit packages its modules may import (itself always allowed)
+ROOT = Path(ascendtile.__file__).parent
+# package -> the ascendtile packages its modules may import (itself always allowed)
 ALLOWED = {
     "platform": set(),
     "kernels": {"platform"},
-    "ops": {"platform"},  # launchers are named as strings ("ascendkit.kernels.norm:rms_norm"), imported on first call
+    "ops": {"platform"},  # launchers are named as strings ("ascendtile.kernels.norm:rms_norm"), imported on first call
     "lowering": {"kernels", "platform"},
     "distributed": set(),
     "model": {"distributed", "ops", "platform"},
@@ -32,7 +32,7 @@ def test_every_package_is_known():
 
 
 def test_imports_flow_one_way():
-    wrong = sorted(f"{where}: {src} imports {dst}" for src, dst, where in import_edges("ascendkit") if dst not in ALLOWED[src])
+    wrong = sorted(f"{where}: {src} imports {dst}" for src, dst, where in import_edges("ascendtile") if dst not in ALLOWED[src])
     assert not wrong, "\n".join(wrong)
 
 
@@ -54,5 +54,5 @@ def test_allowed_graph_has_no_cycle():
 
 def test_the_scan_sees_lazy_imports():
     # runtime/llm.py imports the model inside LLM.__init__; the scan must see edges like that one
-    edges = {(src, dst) for src, dst, _ in import_edges("ascendkit")}
+    edges = {(src, dst) for src, dst, _ in import_edges("ascendtile")}
     assert ("runtime", "model") in edges and ("model", "ops") in edges and ("lowering", "kernels") in edges

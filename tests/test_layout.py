@@ -1,8 +1,8 @@
-"""One vocabulary of op families: every module of ascendkit/kernels/ whose name does not start with
-'_' (ascendkit.kernels.KERNEL_MODULES) names a family, and each layer has a file of that stem, so
+"""One vocabulary of op families: every module of ascendtile/kernels/ whose name does not start with
+'_' (ascendtile.kernels.KERNEL_MODULES) names a family, and each layer has a file of that stem, so
 everything about an op is found by its family name. Modules starting with '_' are helpers shared
-within a layer. An op is registered in ascendkit/ops/<family>.py, launches a Triton function of
-ascendkit/kernels/<family>.py and has a benchmark case of the same family."""
+within a layer. An op is registered in ascendtile/ops/<family>.py, launches a Triton function of
+ascendtile/kernels/<family>.py and has a benchmark case of the same family."""
 from __future__ import annotations
 
 import importlib
@@ -11,21 +11,21 @@ from pathlib import Path
 import pytest
 import torch
 
-import ascendkit
-from ascendkit.bench.cases import all_cases
-from ascendkit.kernels import KERNEL_MODULES
-from ascendkit.ops._registry import OP_INFO, REGISTERED
+import ascendtile
+from ascendtile.bench.cases import all_cases
+from ascendtile.kernels import KERNEL_MODULES
+from ascendtile.ops._registry import OP_INFO, REGISTERED
 
-REPO = Path(ascendkit.__file__).resolve().parents[1]
+REPO = Path(ascendtile.__file__).resolve().parents[1]
 FAMILIES = sorted(KERNEL_MODULES)
-# layer -> where a family's file lives ({} = the family); ascendkit/kernels/ defines the families.
+# layer -> where a family's file lives ({} = the family); ascendtile/kernels/ defines the families.
 LAYERS = {
-    "ops": "ascendkit/ops/{}.py",
-    "references": "ascendkit/ops/reference/{}.py",
-    "lowering_cases": "ascendkit/lowering/cases/{}.py",
+    "ops": "ascendtile/ops/{}.py",
+    "references": "ascendtile/ops/reference/{}.py",
+    "lowering_cases": "ascendtile/lowering/cases/{}.py",
     "kernel_tests": "tests/kernels/test_{}.py",
     "op_tests": "tests/ops/test_{}.py",
-    "bench_cases": "ascendkit/bench/cases/{}.py",
+    "bench_cases": "ascendtile/bench/cases/{}.py",
 }
 
 
@@ -68,12 +68,12 @@ def test_every_op_is_declared_and_launched_in_its_family():
     for name in sorted(REGISTERED):
         info = OP_INFO[name]
         package, _, family = info.module.rpartition(".")
-        if package != "ascendkit.ops" or family not in FAMILIES:
-            problems.append(f"{name}: registered in {info.module}, not in ascendkit/ops/<family>.py")
+        if package != "ascendtile.ops" or family not in FAMILIES:
+            problems.append(f"{name}: registered in {info.module}, not in ascendtile/ops/<family>.py")
             continue
         module_name, _, attr = info.triton.partition(":")
-        if module_name != f"ascendkit.kernels.{family}":
-            problems.append(f"{name}: registered in ascendkit/ops/{family}.py but launches {info.triton}")
+        if module_name != f"ascendtile.kernels.{family}":
+            problems.append(f"{name}: registered in ascendtile/ops/{family}.py but launches {info.triton}")
         elif not callable(getattr(importlib.import_module(module_name), attr, None)):
             problems.append(f"{name}: {info.triton} does not resolve to a function")
     assert not problems, "\n".join(problems)
@@ -89,13 +89,13 @@ def test_every_family_and_op_has_a_benchmark_case():
             cases = []
         if not cases:
             problems.append(f"family {family}: no @bench_cases(\"{family}\") producer with cases in "
-                            f"ascendkit/bench/cases/{family}.py")
+                            f"ascendtile/bench/cases/{family}.py")
         for case in cases:
             op_families.setdefault(case.op, set()).add(case.family)
     for name in sorted(REGISTERED):
         family = OP_INFO[name].module.rpartition(".")[2]
         if name not in op_families:
-            problems.append(f"{name}: no case in ascendkit/bench/cases/{family}.py")
+            problems.append(f"{name}: no case in ascendtile/bench/cases/{family}.py")
         elif op_families[name] != {family}:
             problems.append(f"{name}: cases in families {sorted(op_families[name])}, not only {family}")
     assert not problems, "\n".join(problems)

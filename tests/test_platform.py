@@ -1,9 +1,9 @@
 """platform: the KV block size the runtime uses when the caller names none."""
 import torch
 
-from ascendkit import platform
-from ascendkit.bench.stub_model import stub_loaded
-from ascendkit.runtime import LLM
+from ascendtile import platform
+from ascendtile.bench.stub_model import stub_loaded
+from ascendtile.runtime import LLM
 
 
 def test_default_block_size_per_device():

@@ -1,11 +1,11 @@
-"""`ascendkit bench e2e --quick --compare hf --compare llama.cpp` runs in one command on CPU and
+"""`ascendtile bench e2e --quick --compare hf --compare llama.cpp` runs in one command on CPU and
 prints the throughput table with the ratios. Timings are never asserted."""
 import json
 
 import pytest
 
-from ascendkit.bench.e2e import agreement, percentiles, synthetic_prompts
-from ascendkit.cli import main
+from ascendtile.bench.e2e import agreement, percentiles, synthetic_prompts
+from ascendtile.cli import main
 from compilation import tiny
 
 pytestmark = pytest.mark.xdist_group("e2e_bench")  # the module's runs share HF's load (below): one worker
@@ -36,7 +36,7 @@ def test_e2e_quick_against_hf_prints_ratios(tmp_path, capsys):
                  "--out", str(tmp_path)]) == 0
     record = json.loads((tmp_path / "e2e.json").read_text())
     engines = [row["engine"] for row in record["rows"]]
-    assert engines[:2] == ["ascendkit", "hf"]
+    assert engines[:2] == ["ascendtile", "hf"]
     # llama.cpp runs when the optional xllamacpp wheel is installed, and is reported as skipped otherwise.
     for peer in ("llama.cpp", "llama.cpp-f32"):
         assert (peer in engines) != (peer in record["skipped"])
@@ -63,10 +63,10 @@ def test_e2e_quick_sampled_runs_ours_greedy_beside_and_hf_sampling(tmp_path, cap
     record = json.loads((tmp_path / "e2e.json").read_text())
     assert (record["temperature"], record["top_p"]) == (0.8, 0.95)
     rows = {row["engine"]: row for row in record["rows"]}
-    assert list(rows) == ["ascendkit", "ascendkit greedy", "hf"]
+    assert list(rows) == ["ascendtile", "ascendtile greedy", "hf"]
     assert "llama.cpp" in record["skipped"]  # greedy only
     assert all(row["output_tokens"] == record["num_prompts"] * record["output_len"] for row in rows.values())
-    assert rows["ascendkit greedy"]["ours_over_this"] > 0  # sampled over greedy, from one run
+    assert rows["ascendtile greedy"]["ours_over_this"] > 0  # sampled over greedy, from one run
     assert all(row["token_agreement_with_ours"] is None for row in rows.values())  # sampled tokens: no agreement
     assert "sampled (temperature 0.8, top-p 0.95)" in capsys.readouterr().out
 
@@ -78,7 +78,7 @@ def test_e2e_quick_at_compilation_level_2_reports_one_compile(tmp_path, capsys):
     # warm-up (prefill, then single-token decode) and the measured run: one graph for every step
     assert (compilation["level"], compilation["num_compiles"]) == (2, 1)
     assert compilation["compile_s"] > 0
-    assert "ascendkit compilation level 2 (DYNAMO_ONCE): 1 compile(s)" in capsys.readouterr().out
+    assert "ascendtile compilation level 2 (DYNAMO_ONCE): 1 compile(s)" in capsys.readouterr().out
 
 
 def test_prompts_are_deterministic_plain_tokens():

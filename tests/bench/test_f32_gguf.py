@@ -1,5 +1,5 @@
 """The F32 copy `bench e2e --compare llama.cpp-f32` runs llama.cpp on: every tensor holds exactly
-the values the gguf package dequantises the original to (what ascendkit and HF load), every
+the values the gguf package dequantises the original to (what ascendtile and HF load), every
 metadata field is carried over (file_type says ALL_F32), and an up-to-date copy is reused."""
 import os
 
@@ -9,7 +9,7 @@ import pytest
 gguf = pytest.importorskip("gguf")
 from gguf.quants import dequantize, quantize  # noqa: E402
 
-from ascendkit.bench.f32_gguf import write_f32_gguf  # noqa: E402
+from ascendtile.bench.f32_gguf import write_f32_gguf  # noqa: E402
 
 
 def _quantised_file(path) -> dict[str, np.ndarray]:

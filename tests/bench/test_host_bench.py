@@ -1,13 +1,13 @@
-"""`ascendkit bench host --quick` times the runtime's per-step CPU work with the model stubbed
+"""`ascendtile bench host --quick` times the runtime's per-step CPU work with the model stubbed
 out and reports every stage; `--forward hollow` runs the real model code at negligible widths and
 times its forward as a stage of its own. Timings are never asserted."""
 import json
 
 import pytest
 
-from ascendkit.bench.hollow_model import HOLLOW_WIDTHS, hollow_model
-from ascendkit.bench.host_overhead import MODES
-from ascendkit.cli import main
+from ascendtile.bench.hollow_model import HOLLOW_WIDTHS, hollow_model
+from ascendtile.bench.host_overhead import MODES
+from ascendtile.cli import main
 
 STAGES = ("schedule_us", "prepare_us", "model_us", "sample_us", "bookkeeping_us")
 
@@ -45,7 +45,7 @@ def test_host_hollow_forward_is_timed_as_its_own_stage(tmp_path, capsys):
 
 
 def test_host_stub_does_not_compile(tmp_path):
-    from ascendkit.bench.host_overhead import run
+    from ascendtile.bench.host_overhead import run
 
     with pytest.raises(ValueError, match="compilation_level"):
         run([1], 1, tmp_path, forward="stub", compilation_level=2)

@@ -1,4 +1,4 @@
-"""`ascendkit bench kernels --quick` and the pytest-benchmark files run end to end on CPU and
+"""`ascendtile bench kernels --quick` and the pytest-benchmark files run end to end on CPU and
 produce their table, JSON and roofline PNG. Timings are never asserted."""
 import json
 import os
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from ascendkit.bench.cases import all_cases
-from ascendkit.bench.roofline import roofline_metrics
-from ascendkit.cli import main
-from ascendkit.bench.peaks import DevicePeak
+from ascendtile.bench.cases import all_cases
+from ascendtile.bench.roofline import roofline_metrics
+from ascendtile.cli import main
+from ascendtile.bench.peaks import DevicePeak
 
 REPO = Path(__file__).resolve().parents[2]
 ROW_FIELDS = {"family", "op", "name", "shape", "dtype", "bytes", "flops", "time_us", "gbps", "tflops",
@@ -64,7 +64,7 @@ def test_roofline_fraction_is_the_bound_over_the_time():
 
 
 def test_pytest_benchmark_files_run_once_in_quick_mode():
-    env = {**os.environ, "ASCENDKIT_BENCH_QUICK": "1"}
+    env = {**os.environ, "ASCENDTILE_BENCH_QUICK": "1"}
     env.pop("TRITON_INTERPRET", None)  # the benchmarks time the CPU reference path, as users run them
     done = subprocess.run([sys.executable, "-m", "pytest", "bench", "-q", "-p", "no:cacheprovider", "--benchmark-disable"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)

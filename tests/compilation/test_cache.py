@@ -16,16 +16,16 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from ascendkit.compilation import CompilationConfig, compile_model
-from ascendkit.model import load_model
+from ascendtile.compilation import CompilationConfig, compile_model
+from ascendtile.model import load_model
 from compilation import tiny
 
 TESTS = Path(__file__).resolve().parents[1]
 SCRIPT = """
 import json, sys
 from torch._dynamo.utils import counters
-from ascendkit.compilation import CompilationConfig, compile_model
-from ascendkit.model import load_model
+from ascendtile.compilation import CompilationConfig, compile_model
+from ascendtile.model import load_model
 from compilation import tiny
 model = load_model(tiny.save(sys.argv[1])).model
 compiled = compile_model(model, CompilationConfig(level=3, cache_dir=sys.argv[2]))

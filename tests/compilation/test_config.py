@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ascendkit.compilation import CompilationConfig, CompilationLevel, piece_capture
+from ascendtile.compilation import CompilationConfig, CompilationLevel, piece_capture
 
 
 def test_defaults_and_forms():
@@ -39,9 +39,9 @@ def test_bad_input_names_the_argument(value, error, match):
 
 
 def test_cache_dir_default_is_per_user_and_honours_the_env(monkeypatch, tmp_path):
-    monkeypatch.delenv("ASCENDKIT_CACHE_DIR", raising=False)
-    assert CompilationConfig().cache_dir == str(Path.home() / ".cache" / "ascendkit" / "compile")
-    monkeypatch.setenv("ASCENDKIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("ASCENDTILE_CACHE_DIR", raising=False)
+    assert CompilationConfig().cache_dir == str(Path.home() / ".cache" / "ascendtile" / "compile")
+    monkeypatch.setenv("ASCENDTILE_CACHE_DIR", str(tmp_path))
     assert CompilationConfig().cache_dir == str(tmp_path / "compile")
     assert CompilationConfig(cache_dir="~/x").cache_dir == str(Path.home() / "x")
 
@@ -50,7 +50,7 @@ def test_the_suite_never_compiles_into_the_home_directory():
     """The default cache dir of this process and of the processes it spawns lies outside ~."""
     default = Path(CompilationConfig().cache_dir).resolve()
     assert not default.is_relative_to(Path.home().resolve()), default
-    spawned = subprocess.run([sys.executable, "-c", "import os; print(os.environ['ASCENDKIT_CACHE_DIR'])"],
+    spawned = subprocess.run([sys.executable, "-c", "import os; print(os.environ['ASCENDTILE_CACHE_DIR'])"],
                              capture_output=True, text=True, check=True).stdout.strip()
     assert (Path(spawned) / "compile").resolve() == default
 

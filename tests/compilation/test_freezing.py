@@ -12,10 +12,10 @@ import torch._inductor.freezing as inductor_freezing
 from torch import fx
 from torch._dynamo.utils import counters
 
-from ascendkit.compilation import CompilationConfig, compile_model
-from ascendkit.compilation.freeze import lift_parameters, taking_kept_inputs
-from ascendkit.model import load_model
-from ascendkit.model.layers.linear import Linear
+from ascendtile.compilation import CompilationConfig, compile_model
+from ascendtile.compilation.freeze import lift_parameters, taking_kept_inputs
+from ascendtile.model import load_model
+from ascendtile.model.layers.linear import Linear
 from compilation import tiny
 
 pytestmark = pytest.mark.xdist_group("freezing")  # one worker compiles the module's level_2 fixture once

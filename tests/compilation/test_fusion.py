@@ -5,9 +5,9 @@ import copy
 import pytest
 import torch
 
-from ascendkit.compilation import CompilationConfig, compile_model
-from ascendkit.compilation.passes.graph import ascend_op
-from ascendkit.model import load_model, quantize_w8a8
+from ascendtile.compilation import CompilationConfig, compile_model
+from ascendtile.compilation.passes.graph import ascend_op
+from ascendtile.model import load_model, quantize_w8a8
 from compilation import tiny
 from model.helpers import PagedDriver
 

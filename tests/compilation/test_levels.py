@@ -4,8 +4,8 @@ token count, batch size, block-table width and max_seqlen ints (prefill, mixed, 
 to 1 sequences)."""
 import pytest
 
-from ascendkit.compilation import CompiledModel
-from ascendkit.runtime import LLM, SamplingParams
+from ascendtile.compilation import CompiledModel
+from ascendtile.runtime import LLM, SamplingParams
 from compilation import tiny
 
 PROMPTS = [[5, 9, 100, 7, 2, 33, 61], [11, 12], [40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57],

@@ -2,7 +2,7 @@
 tiny random checkpoints with a dense layer then an MoE layer (MLA without q_lora_rank and greedy
 top-2 routing; MLA with q_lora_rank and group-limited routing). Levels 2 and 3 trace with fullgraph
 and dynamic sizes, which the routed experts' loop over the experts a batch hits (data-dependent
-sizes) cannot be part of: it reaches the graph as one opaque op, `ascendkit::routed_experts`, that
+sizes) cannot be part of: it reaches the graph as one opaque op, `ascendtile::routed_experts`, that
 level 3 keeps inside a piece, a piece that is then not captured on a device (the loop syncs with
 the host). One compile serves every step, the one-token steps included (MLA takes no guard on the
 token count). Inductor runs once at level 2 and once at level 3; the other combinations run the
@@ -12,9 +12,9 @@ import copy
 import pytest
 import torch
 
-from ascendkit.compilation import CaptureSpec, CompilationConfig, compile_model
-from ascendkit.model import load_model
-from ascendkit.model.layers.moe import MoE
+from ascendtile.compilation import CaptureSpec, CompilationConfig, compile_model
+from ascendtile.model import load_model
+from ascendtile.model.layers.moe import MoE
 from compilation import tiny
 from compilation.test_piece_capture import FakeGraph
 from model.helpers import save_tiny
@@ -55,7 +55,7 @@ def cache_dir(tmp_path_factory) -> str:
 
 
 def _routed_experts_calls(module: torch.fx.GraphModule) -> int:
-    return sum(node.target is torch.ops.ascendkit.routed_experts.default for node in module.graph.nodes)
+    return sum(node.target is torch.ops.ascendtile.routed_experts.default for node in module.graph.nodes)
 
 
 @pytest.mark.parametrize("case, level, use_inductor", [
@@ -118,4 +118,4 @@ def test_a_copy_dispatches_to_its_own_experts():
 def test_unknown_layer_key_is_named():
     x, weights, ids = torch.randn(3, 16), torch.rand(3, 2), torch.zeros(3, 2, dtype=torch.int64)
     with pytest.raises(KeyError, match="layer: no live MoE layer is registered as 'missing'"):
-        torch.ops.ascendkit.routed_experts(x, weights, ids, "missing")
+        torch.ops.ascendtile.routed_experts(x, weights, ids, "missing")

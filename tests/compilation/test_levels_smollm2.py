@@ -8,7 +8,7 @@ over level 2 is tracing and guards; Inductor's code for this model is levels 2 a
 import pytest
 from torch._dynamo.utils import counters
 
-from ascendkit.runtime import LLM, SamplingParams
+from ascendtile.runtime import LLM, SamplingParams
 from embedded import NEW_TOKENS, PARITY, SMOLLM2
 
 pytestmark = [pytest.mark.slow, SMOLLM2]  # ~1 min of Inductor per level on this CPU

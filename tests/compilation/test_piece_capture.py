@@ -7,10 +7,10 @@ import pytest
 import sympy
 import torch
 
-from ascendkit.compilation import CaptureSpec, CompilationConfig, compile_model
-from ascendkit.compilation.piece_capture import CapturedPiece
-from ascendkit.compilation.piece_signature import PieceSignature
-from ascendkit.model import load_model
+from ascendtile.compilation import CaptureSpec, CompilationConfig, compile_model
+from ascendtile.compilation.piece_capture import CapturedPiece
+from ascendtile.compilation.piece_signature import PieceSignature
+from ascendtile.model import load_model
 from compilation import tiny
 
 SIZES = (1, 2, 4)

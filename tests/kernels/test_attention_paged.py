@@ -4,7 +4,7 @@ block sizes, long contexts crossing block boundaries, NaN-poisoned unused slots,
 import pytest
 import torch
 
-from ascendkit.kernels import attention_paged
+from ascendtile.kernels import attention_paged
 from guarded import guarded, guards_intact, inner
 from opchecks import kernel_path
 from ops._attention import corrupt_table, make_paged_batch, paged_formula

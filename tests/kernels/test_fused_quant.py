@@ -12,8 +12,8 @@ import copy
 import pytest
 import torch
 
-from ascendkit.kernels.activation import block_for as gated_block_for
-from ascendkit.kernels.fused_quant import block_for
+from ascendtile.kernels.activation import block_for as gated_block_for
+from ascendtile.kernels.fused_quant import block_for
 from opchecks import kernel_path
 from tolerances import assert_close
 

@@ -9,7 +9,7 @@ from ops._attention import corrupt_table
 from ops.test_mla import cos_diff, independent_mla, make_batch
 from tolerances import assert_close
 
-import ascendkit.kernels.mla as mla_kernels
+import ascendtile.kernels.mla as mla_kernels
 
 OPS = torch.ops.ascend
 

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from ascendkit.kernels.norm import block_for, max_rows_for, rows_for
+from ascendtile.kernels.norm import block_for, max_rows_for, rows_for
 from opchecks import run_both
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]

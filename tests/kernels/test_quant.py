@@ -3,7 +3,7 @@ scales and zero points must match exactly: both divide in fp32 and round half to
 import pytest
 import torch
 
-from ascendkit.kernels.quant import block_for
+from ascendtile.kernels.quant import block_for
 from opchecks import run_both
 
 OPS = torch.ops.ascend

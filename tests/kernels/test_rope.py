@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from ascendkit.model.layers.rope_scaling import build_cos_sin_cache
+from ascendtile.model.layers.rope_scaling import build_cos_sin_cache
 from guarded import guarded, guards_intact, inner
 from opchecks import kernel_path, run_both
 

@@ -7,8 +7,8 @@ import torch
 from opchecks import kernel_path, run_both
 from ops._sampling import INF_ROW, INF_TOKENS, NAN_CHUNK_ROW, check_uniform, draws_per_row, nonfinite_rows
 
-import ascendkit.kernels.sampling as sampling_kernels
-from ascendkit.ops.sampling import SAMPLING_EPS
+import ascendtile.kernels.sampling as sampling_kernels
+from ascendtile.ops.sampling import SAMPLING_EPS
 
 OPS = torch.ops.ascend
 EXACT = {"rtol": 0, "atol": 0}
@@ -74,7 +74,7 @@ def test_sample_tokens(vocab):
 
 @INF_MINUS_INF
 def test_process_logits_nonfinite_rows_and_tiny_temperatures(small_blocks):
-    """The rules of ascendkit/ops/sampling.py on both paths: the NaN / ±inf rows filtered (NaN ->
+    """The rules of ascendtile/ops/sampling.py on both paths: the NaN / ±inf rows filtered (NaN ->
     -inf, +inf rows keep exactly their +inf tokens) and only scaled (left NaN and inf), and
     temperatures just below, at and far below SAMPLING_EPS."""
     assert sampling_kernels.SAMPLING_EPS.value == SAMPLING_EPS

@@ -6,7 +6,7 @@ output dtype's tolerance (in practice bit for bit)."""
 import pytest
 import torch
 
-from ascendkit.kernels.scaled_mm import tile_shapes, tiles_for
+from ascendtile.kernels.scaled_mm import tile_shapes, tiles_for
 from opchecks import kernel_path, run_both
 
 OPS = torch.ops.ascend

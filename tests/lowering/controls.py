@@ -3,7 +3,7 @@ fail every one of them for its reason, so none of its checks can pass vacuously.
 import triton
 import triton.language as tl
 
-from ascendkit.lowering.case import LoweringCase, signature_types
+from ascendtile.lowering.case import LoweringCase, signature_types
 
 
 @triton.jit

@@ -4,11 +4,11 @@ hivmc hand-off), in the expected core mode, with no element-granular gather or s
 masked store turned read-modify-write, multibuffering kept and planned UB <= 160 KB."""
 import pytest
 
-from ascendkit.kernels import KERNEL_MODULES
-from ascendkit.lowering import cases as lowering_cases
-from ascendkit.lowering.frontend import inspect_lowered
-from ascendkit.lowering.gate import UB_LIMIT_BYTES, run_gate
-from ascendkit.lowering.hivm import planned_bytes, static_cost
+from ascendtile.kernels import KERNEL_MODULES
+from ascendtile.lowering import cases as lowering_cases
+from ascendtile.lowering.frontend import inspect_lowered
+from ascendtile.lowering.gate import UB_LIMIT_BYTES, run_gate
+from ascendtile.lowering.hivm import planned_bytes, static_cost
 from lowering.controls import EXPECTED
 
 pytestmark = [pytest.mark.xdist_group("ascend_gate"), pytest.mark.slow]
@@ -28,7 +28,7 @@ def test_every_kernel_family_has_cases(reports):
 
 def test_a_family_without_cases_is_refused(monkeypatch):
     monkeypatch.setattr(lowering_cases, "KERNEL_MODULES", (*KERNEL_MODULES, "no_such_family"))
-    with pytest.raises(RuntimeError, match="no ascendkit/lowering/cases/no_such_family.py"):
+    with pytest.raises(RuntimeError, match="no ascendtile/lowering/cases/no_such_family.py"):
         lowering_cases.all_cases()
     with pytest.raises(ValueError, match="^families: unknown kernel families"):
         lowering_cases.all_cases(["nope"])
@@ -119,7 +119,7 @@ def test_check_ascend_command():
     import sys
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    cmd = [sys.executable, "-m", "ascendkit.cli", "check-ascend", "--family", "mask"]
+    cmd = [sys.executable, "-m", "ascendtile.cli", "check-ascend", "--family", "mask"]
     table = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     assert table.returncode == 0, table.stderr[-2000:]
     assert "UB KB" in table.stdout and "L0C KB" in table.stdout and "12 passed, 0 failed" in table.stdout

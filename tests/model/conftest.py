@@ -1,7 +1,7 @@
 """Fixtures shared by the model tests."""
 import pytest
 
-from ascendkit.distributed import group
+from ascendtile.distributed import group
 
 
 @pytest.fixture

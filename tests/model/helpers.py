@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ascendkit.model import AttentionMetadata
+from ascendtile.model import AttentionMetadata
 
 
 class PagedDriver:

@@ -4,8 +4,8 @@ while the registered ops keep checking direct callers."""
 import pytest
 import torch
 
-import ascendkit.ops as ak
-from ascendkit.model import AttentionMetadata
+import ascendtile.ops as ak
+from ascendtile.model import AttentionMetadata
 
 BLOCK = 16
 NUM_BLOCKS = 6  # the table below uses block ids up to 5

@@ -1,7 +1,7 @@
 """config.json parsing across transformers 4.x and 5.x spellings and architecture quirks."""
 import pytest
 
-from ascendkit.model import parse_config
+from ascendtile.model import parse_config
 
 BASE = {"vocab_size": 100, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
         "num_attention_heads": 4}

@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import DeepseekV2Config
 
-from ascendkit.model import load_model
+from ascendtile.model import load_model
 from model.helpers import check_parity, save_tiny
 
 ATOL = 1e-4

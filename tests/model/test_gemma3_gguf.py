@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from ascendkit.model import AttentionMetadata, IncrementalDetokenizer, Tokenizer
-from ascendkit.runtime import LLM, SamplingParams
+from ascendtile.model import AttentionMetadata, IncrementalDetokenizer, Tokenizer
+from ascendtile.runtime import LLM, SamplingParams
 from embedded import GEMMA3
 from model.helpers import check_parity
 

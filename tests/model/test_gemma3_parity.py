@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import Gemma3TextConfig
 
-from ascendkit.model import load_model
+from ascendtile.model import load_model
 from model.helpers import check_parity, save_tiny
 
 ATOL = 1e-4
@@ -54,7 +54,7 @@ def test_layer_kinds_and_norm_offset(tmp_path):
 
 def test_w8a8_checkpoint_round_trip_keeps_norms(tmp_path):
     """save_w8a8 writes HF's (w, not 1 + w) norm weights, so the checkpoint reloads to the same model."""
-    from ascendkit.model import quantize_w8a8, save_w8a8
+    from ascendtile.model import quantize_w8a8, save_w8a8
     from model.helpers import PagedDriver
 
     save_tiny(CASES["tied_window"], tmp_path / "fp32", randomize_norms=True)

@@ -1,4 +1,4 @@
-"""ascendkit's GGUF header reader vs the gguf package's GGUFReader (same metadata values, same
+"""ascendtile's GGUF header reader vs the gguf package's GGUFReader (same metadata values, same
 tensor table and bytes) on the embedded SmolLM2 file and on a file written here with every
 metadata value type; malformed files raise ValueError saying what is wrong."""
 import struct
@@ -7,8 +7,8 @@ import gguf
 import numpy as np
 import pytest
 
-from ascendkit.model import default_model_path
-from ascendkit.model.loading.gguf_reader import read_gguf
+from ascendtile.model import default_model_path
+from ascendtile.model.loading.gguf_reader import read_gguf
 
 
 def _same_as_gguf_reader(path: str) -> None:

@@ -5,7 +5,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig
 
-from ascendkit.model import load_model
+from ascendtile.model import load_model
 from model.gguf_writer import write_llama_gguf
 from model.helpers import PagedDriver, hf_logits, save_tiny
 
@@ -62,7 +62,7 @@ def test_rope_freqs_tensor_is_refused(tiny_gguf):
 
 
 def test_rope_scaling_metadata():
-    from ascendkit.model.loading.gguf_loader import _rope_scaling
+    from ascendtile.model.loading.gguf_loader import _rope_scaling
 
     meta = {"llama.rope.scaling.type": "yarn", "llama.rope.scaling.factor": 4.0,
             "llama.rope.scaling.original_context_length": 4096}

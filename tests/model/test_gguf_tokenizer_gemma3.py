@@ -4,16 +4,16 @@ decode (skipping specials or not), round trips, special and user-defined tokens,
 derived from the vocabulary, incremental detokenization; unsupported tokenizer models; the
 byte-level ("gpt2") path's handling of raw-UTF-8 and mislabelled CONTROL tokens.
 
-Metadata is read with ascendkit's fast GGUF header reader (same values as gguf's
+Metadata is read with ascendtile's fast GGUF header reader (same values as gguf's
 `field.contents()`, ~0.4 s instead of ~15 s). HF's tokenizer (~20 s to build) is the session's
 (tests/embedded.py).
 """
 
 import pytest
 
-from ascendkit.model import IncrementalDetokenizer, Tokenizer, embedded_model_path
-from ascendkit.model.loading.gguf_reader import read_gguf
-from ascendkit.model.tokenizers.gguf import SPACE_PIECE, build_backend, derive_merges
+from ascendtile.model import IncrementalDetokenizer, Tokenizer, embedded_model_path
+from ascendtile.model.loading.gguf_reader import read_gguf
+from ascendtile.model.tokenizers.gguf import SPACE_PIECE, build_backend, derive_merges
 from embedded import GEMMA3
 
 pytestmark = [pytest.mark.slow, GEMMA3]

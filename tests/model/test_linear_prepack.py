@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ascendkit.model.layers import linear as linear_module
-from ascendkit.model.layers.linear import Linear, pack_weight
+from ascendtile.model.layers import linear as linear_module
+from ascendtile.model.layers.linear import Linear, pack_weight
 
 needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
 
@@ -89,7 +89,7 @@ def test_falls_back_where_onednn_cannot_help(monkeypatch):
 def test_loaded_model_packs_every_linear_and_the_lm_head(tied, tmp_path):
     from transformers import LlamaConfig
 
-    from ascendkit.model import load_model
+    from ascendtile.model import load_model
     from model.helpers import save_tiny
 
     save_tiny(LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=1,

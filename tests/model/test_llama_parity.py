@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
 
-from ascendkit.model import load_model
+from ascendtile.model import load_model
 from model.helpers import PagedDriver, check_parity, hf_logits, save_tiny
 
 ATOL = 1e-4

@@ -8,7 +8,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import LlamaConfig
 
-from ascendkit.model import default_model_path, load_model
+from ascendtile.model import default_model_path, load_model
 from model.helpers import PagedDriver, save_tiny
 
 
@@ -99,7 +99,7 @@ def test_default_model_is_found():
 
 
 def test_embedded_models_are_found_by_name():
-    from ascendkit.model import EMBEDDED_MODELS, embedded_model_path
+    from ascendtile.model import EMBEDDED_MODELS, embedded_model_path
 
     assert embedded_model_path("smollm2-135m-instruct") == default_model_path()
     gemma = embedded_model_path("gemma3-270m")  # assembled from the chunk packages, sha256 checked

@@ -4,7 +4,7 @@ import pytest
 import torch
 from transformers import DeepseekV2Config, LlamaConfig
 
-from ascendkit.model import AttentionMetadata, load_model
+from ascendtile.model import AttentionMetadata, load_model
 from model.helpers import PagedDriver, save_tiny
 
 CONFIGS = {

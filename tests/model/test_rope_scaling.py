@@ -9,7 +9,7 @@ from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-from ascendkit.model.layers.rope_scaling import build_cos_sin_cache, inv_freq_and_attention_factor, yarn_softmax_mscale
+from ascendtile.model.layers.rope_scaling import build_cos_sin_cache, inv_freq_and_attention_factor, yarn_softmax_mscale
 
 YARN_DEEPSEEK = {"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096, "beta_fast": 32,
                  "beta_slow": 1, "mscale": 0.707, "mscale_all_dim": 0.707}
@@ -97,7 +97,7 @@ def test_deepseek_v2_rope_matches_hf_end_to_end():
     from transformers import DeepseekV2Config
     from transformers.models.deepseek_v2.modeling_deepseek_v2 import DeepseekV2RotaryEmbedding, apply_rotary_emb
 
-    import ascendkit.ops as ak
+    import ascendtile.ops as ak
 
     rope = {**YARN_DEEPSEEK, "rope_type": YARN_DEEPSEEK["type"], "rope_theta": 10000.0}
     del rope["type"]

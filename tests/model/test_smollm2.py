@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ascendkit.model import quantize_w8a8
+from ascendtile.model import quantize_w8a8
 from embedded import SMOLLM2
 from model.helpers import PagedDriver, hf_logits
 

@@ -1,4 +1,4 @@
-"""Tensor parallelism (ascendkit.distributed, layers/parallel_linear.py, layers/embedding.py):
+"""Tensor parallelism (ascendtile.distributed, layers/parallel_linear.py, layers/embedding.py):
 TP=2 over 2 gloo processes gives the TP=1 logits through the paged cache, within the fp32
 tolerance, for tiny random checkpoints of every tensor-parallel architecture: Llama (GQA with KV
 heads split, one KV head replicated, untied head with biases), Qwen3 (q/k norm), Mistral
@@ -14,8 +14,8 @@ import pytest
 import torch
 from transformers import Gemma3TextConfig, LlamaConfig, MistralConfig, Qwen3Config
 
-from ascendkit.model import load_model, quantize_w8a8, save_w8a8
-from ascendkit.model.architectures.base import CausalLM
+from ascendtile.model import load_model, quantize_w8a8, save_w8a8
+from ascendtile.model.architectures.base import CausalLM
 from model.helpers import PagedDriver, save_tiny
 from model.test_tensor_parallel_deepseek import CASES as DEEPSEEK_CASES
 from model.tp_worker import STEPS, run_ranks, script_logits

@@ -11,12 +11,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from ascendkit.model import load_model
-from ascendkit.model.layers import moe as moe_module
-from ascendkit.model.layers import parallel_linear
-from ascendkit.model.layers.moe import MoE
-from ascendkit.model.layers.parallel_linear import RowParallelLinear
-from ascendkit.model.layers.partition import split_evenly
+from ascendtile.model import load_model
+from ascendtile.model.layers import moe as moe_module
+from ascendtile.model.layers import parallel_linear
+from ascendtile.model.layers.moe import MoE
+from ascendtile.model.layers.parallel_linear import RowParallelLinear
+from ascendtile.model.layers.partition import split_evenly
 from model.helpers import save_tiny
 from model.test_deepseek_v2_parity import CASES as PARITY_CASES
 from tolerances import assert_close

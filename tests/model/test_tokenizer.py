@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from ascendkit.model import IncrementalDetokenizer, Tokenizer, chat_template, default_model_path
-from ascendkit.model.loading.gguf_loader import GGUFFile
+from ascendtile.model import IncrementalDetokenizer, Tokenizer, chat_template, default_model_path
+from ascendtile.model.loading.gguf_loader import GGUFFile
 
 TEXTS = [
     "Hello, world!",

@@ -9,8 +9,8 @@ import torch
 from safetensors.torch import load_file
 from transformers import LlamaConfig
 
-from ascendkit.model import load_model
-from ascendkit.model.loading import checkpoint
+from ascendtile.model import load_model
+from ascendtile.model.loading import checkpoint
 from model.gguf_writer import write_llama_gguf
 from model.helpers import save_tiny
 

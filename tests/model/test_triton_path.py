@@ -12,7 +12,7 @@ import pytest
 import torch
 from transformers import DeepseekV2Config, Gemma3TextConfig, LlamaConfig
 
-from ascendkit.model import load_model, quantize_w8a8
+from ascendtile.model import load_model, quantize_w8a8
 from model.helpers import PagedDriver, check_parity, save_tiny
 
 ATOL = 1e-4
@@ -48,9 +48,9 @@ def test_w8a8_triton_matches_reference(tmp_path, monkeypatch):
     save_tiny(CONFIGS["llama"], tmp_path)
     model = quantize_w8a8(load_model(str(tmp_path)).model)
     step = {0: PROMPTS[0], 1: PROMPTS[1]}
-    monkeypatch.setenv("ASCENDKIT_KERNELS", "reference")
+    monkeypatch.setenv("ASCENDTILE_KERNELS", "reference")
     expected = PagedDriver(copy.deepcopy(model), 2).step(step)
-    monkeypatch.setenv("ASCENDKIT_KERNELS", "triton")
+    monkeypatch.setenv("ASCENDTILE_KERNELS", "triton")
     got = PagedDriver(model, 2).step(step)
     # measured 1.3e-6; the bound leaves room for an activation whose int8 rounding flips on a 1-ulp
     # fp32 difference (one int8 step of one activation moves these logits by ~1e-4)

@@ -9,8 +9,8 @@ import torch
 from safetensors import safe_open
 from transformers import DeepseekV2Config, LlamaConfig
 
-from ascendkit.model import load_model, quantize_w8a8, save_w8a8
-from ascendkit.model.layers.linear import Linear
+from ascendtile.model import load_model, quantize_w8a8, save_w8a8
+from ascendtile.model.layers.linear import Linear
 from model.helpers import PagedDriver, save_tiny
 
 PROMPT = {0: list(range(3, 16)), 1: [5, 9, 100, 7, 2]}

@@ -9,8 +9,8 @@ from pathlib import Path
 import torch
 import torch.multiprocessing as mp
 
-from ascendkit.distributed import destroy_tensor_parallel, init_tensor_parallel, local_init_method
-from ascendkit.model import load_model
+from ascendtile.distributed import destroy_tensor_parallel, init_tensor_parallel, local_init_method
+from ascendtile.model import load_model
 from model.helpers import PagedDriver
 
 # Prefill three prompts in one batch, decode them (fixed tokens, so a near-tie in the logits

@@ -5,7 +5,7 @@ import math
 
 import torch
 
-import ascendkit.ops as ak
+import ascendtile.ops as ak
 
 I32, I64 = torch.int32, torch.int64
 # Fixed seeds make every test deterministic; the chi-square bound is the 1 - 1e-4 quantile, so a
@@ -70,7 +70,7 @@ INF_TOKENS = [5, 130, 260]
 
 def nonfinite_rows(vocab: int = 300) -> tuple[torch.Tensor, list[set[int]], list[int]]:
     """(rows [7, vocab], the tokens a draw of each row may return, its greedy token): rows over
-    several 64-token chunks holding NaN / ±inf, with what the rules (ascendkit/ops/sampling.py)
+    several 64-token chunks holding NaN / ±inf, with what the rules (ascendtile/ops/sampling.py)
     allow: never a NaN or -inf token; only +inf tokens, uniformly, in a row holding one; token 0
     in a row without a finite logit. Rows: a NaN inside a chunk; a NaN as the max of chunk 1,
     whose other tokens hold most of the mass; one +inf beside a NaN; three +inf in three chunks;

@@ -4,7 +4,7 @@ opcheck and torch.compile on both kernel paths, functional wrappers and bad inpu
 import pytest
 import torch
 
-import ascendkit.ops as ak
+import ascendtile.ops as ak
 from opchecks import compiles, op_contract_tests, raises_naming
 from tolerances import assert_close
 

@@ -4,9 +4,9 @@ opcheck and torch.compile on both kernel paths, the functional wrapper and bad i
 import pytest
 import torch
 
-import ascendkit.ops as ak
-from ascendkit.ops._registry import unchecked
-from ascendkit.ops.reference._decode_plan import MIN_SAVED_ROWS, decode_plan, split_by_length
+import ascendtile.ops as ak
+from ascendtile.ops._registry import unchecked
+from ascendtile.ops.reference._decode_plan import MIN_SAVED_ROWS, decode_plan, split_by_length
 from opchecks import compiles, op_contract_tests, raises_naming
 from ops._attention import corrupt_table, make_paged_batch, paged_formula
 
@@ -56,8 +56,8 @@ def test_bad_inputs():
 def test_check_indices_switch(path, monkeypatch):
     out, query, kc, vc, table, seqused, scale, cap, win = _args()  # lengths 19 and 5: 2 and 1 blocks of 16
     num_blocks = kc.shape[0]
-    monkeypatch.setenv("ASCENDKIT_KERNELS", path)
-    monkeypatch.setenv("ASCENDKIT_CHECK_INDICES", "1")
+    monkeypatch.setenv("ASCENDTILE_KERNELS", path)
+    monkeypatch.setenv("ASCENDTILE_CHECK_INDICES", "1")
     out.fill_(7.0)
     for (b, j), bad in [((0, 1), num_blocks), ((1, 0), -1)]:
         wrong = table.clone()
@@ -68,7 +68,7 @@ def test_check_indices_switch(path, monkeypatch):
     padded = table.clone()
     padded[1, 1:] = num_blocks + 5  # past sequence 1's length: never read, so accepted
     OPS.paged_attention(out, query, kc, vc, padded, seqused, scale, cap, win)
-    monkeypatch.setenv("ASCENDKIT_CHECK_INDICES", "0")  # off: the bad block's keys are hidden, no error
+    monkeypatch.setenv("ASCENDTILE_CHECK_INDICES", "0")  # off: the bad block's keys are hidden, no error
     OPS.paged_attention(out, query, kc, vc, wrong, seqused, scale, cap, win)
 
 

@@ -4,7 +4,7 @@ opcheck and torch.compile on both kernel paths, the functional wrapper and bad i
 import pytest
 import torch
 
-import ascendkit.ops as ak
+import ascendtile.ops as ak
 from opchecks import compiles, op_contract_tests
 from ops._attention import make_paged_batch, paged_formula
 
@@ -106,8 +106,8 @@ def test_bad_input_writes_nothing(triton_path):
 @pytest.mark.parametrize("path", ["reference", "triton"])
 def test_check_indices_switch(path, monkeypatch):
     out, query, kc, vc, table, cu, seqused, mq, mk, scale, cap, win = _args()
-    monkeypatch.setenv("ASCENDKIT_KERNELS", path)
-    monkeypatch.setenv("ASCENDKIT_CHECK_INDICES", "1")
+    monkeypatch.setenv("ASCENDTILE_KERNELS", path)
+    monkeypatch.setenv("ASCENDTILE_CHECK_INDICES", "1")
     wrong = table.clone()
     wrong[0, 0] = -3
     with pytest.raises(ValueError, match=rf"^block_table: entry \[0, 0\] is -3, outside \[0, {kc.shape[0]}\)"):

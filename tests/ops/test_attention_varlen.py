@@ -4,7 +4,7 @@ formula, opcheck and torch.compile on both kernel paths, the functional wrapper 
 import pytest
 import torch
 
-import ascendkit.ops as ak
+import ascendtile.ops as ak
 from opchecks import compiles, op_contract_tests, raises_naming
 from ops._attention import independent_attention
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-import ascendkit.ops as ak
+import ascendtile.ops as ak
 from opchecks import compiles, kernel_path, op_contract_tests, raises_naming
 
 OPS = torch.ops.ascend
@@ -161,7 +161,7 @@ def test_bad_inputs():
 
 @pytest.mark.parametrize("path", ["reference", "triton"])
 def test_bad_input_writes_nothing(path, monkeypatch):
-    monkeypatch.setenv("ASCENDKIT_KERNELS", path)
+    monkeypatch.setenv("ASCENDTILE_KERNELS", path)
     out, scale, residual = torch.full((4, 64), 7, dtype=I8), torch.full((4, 1), 7.0), torch.full((4, 64), 7.0)
     with pytest.raises(ValueError):
         OPS.rms_norm_dynamic_per_token_quant(out, torch.randn(4, 64), torch.rand(64), scale, EPS, torch.ones(1), residual)

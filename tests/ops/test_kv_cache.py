@@ -4,7 +4,7 @@ per-token loop, opcheck and torch.compile on both kernel paths, functional wrapp
 import pytest
 import torch
 
-import ascendkit.ops as ak
+import ascendtile.ops as ak
 from opchecks import compiles, op_contract_tests, raises_naming
 
 OPS = torch.ops.ascend
@@ -135,8 +135,8 @@ def test_check_indices_switch(path, monkeypatch):
     # 3 blocks × 16 slots: 48 is one past the end, -2 is negative but not the padding marker.
     key, value, kc, vc, slots, _, s, _ = _flash_args()
     kv_c, k_pe, cache, mla_slots, _, _ = _mla_args()
-    monkeypatch.setenv("ASCENDKIT_KERNELS", path)
-    monkeypatch.setenv("ASCENDKIT_CHECK_INDICES", "1")
+    monkeypatch.setenv("ASCENDTILE_KERNELS", path)
+    monkeypatch.setenv("ASCENDTILE_CHECK_INDICES", "1")
     for bad in (48, -2):
         flash_slots, latent_slots = slots.clone(), mla_slots.clone()
         flash_slots[2] = latent_slots[4] = bad
@@ -147,5 +147,5 @@ def test_check_indices_switch(path, monkeypatch):
     assert not kc.any() and not vc.any() and not cache.any()  # nothing written
     OPS.reshape_and_cache_flash(key, value, kc, vc, slots, "auto", s, s)  # in range, -1 padding: accepted
     compiles(lambda c, sl: OPS.concat_and_cache_mla(kv_c, k_pe, c, sl, "auto", s) or c, cache, mla_slots)
-    monkeypatch.setenv("ASCENDKIT_CHECK_INDICES", "0")  # off: skipped, not raised
+    monkeypatch.setenv("ASCENDTILE_CHECK_INDICES", "0")  # off: skipped, not raised
     OPS.reshape_and_cache_flash(key, value, kc, vc, flash_slots, "auto", s, s)

@@ -4,7 +4,7 @@ functions, opcheck and torch.compile on both kernel paths, the functional wrappe
 import pytest
 import torch
 
-import ascendkit.ops as ak
+import ascendtile.ops as ak
 from opchecks import compiles, op_contract_tests, raises_naming
 
 OPS = torch.ops.ascend

@@ -4,7 +4,7 @@ wrapper and bad inputs. (Triton kernel vs reference numerics: tests/kernels/test
 import pytest
 import torch
 
-import ascendkit.ops as ak
+import ascendtile.ops as ak
 from opchecks import compiles, op_contract_tests, raises_naming
 
 OPS = torch.ops.ascend
@@ -140,7 +140,7 @@ def test_bad_inputs():
 
 @pytest.mark.parametrize("path", ["reference", "triton"])
 def test_bad_input_writes_nothing(path, monkeypatch):
-    monkeypatch.setenv("ASCENDKIT_KERNELS", path)
+    monkeypatch.setenv("ASCENDTILE_KERNELS", path)
     args = _args()
     args[0].fill_(7.0)
     args[8] = 0
@@ -152,8 +152,8 @@ def test_bad_input_writes_nothing(path, monkeypatch):
 @pytest.mark.parametrize("path", ["reference", "triton"])
 def test_check_indices_switch(path, monkeypatch):
     out, query, cache, table, cu, seqused, mq, mk, lora, scale = _args()
-    monkeypatch.setenv("ASCENDKIT_KERNELS", path)
-    monkeypatch.setenv("ASCENDKIT_CHECK_INDICES", "1")
+    monkeypatch.setenv("ASCENDTILE_KERNELS", path)
+    monkeypatch.setenv("ASCENDTILE_CHECK_INDICES", "1")
     wrong = table.clone()
     wrong[0, 0] = cache.shape[0]
     with pytest.raises(ValueError, match=rf"^block_table: entry \[0, 0\] is {cache.shape[0]}, outside"):

@@ -4,7 +4,7 @@ and torch.compile on both kernel paths, functional wrappers and bad inputs.
 import pytest
 import torch
 
-import ascendkit.ops as ak
+import ascendtile.ops as ak
 from opchecks import compiles, op_contract_tests, raises_naming
 from tolerances import assert_close
 
@@ -82,6 +82,6 @@ def test_bad_input_raises_before_any_kernel_runs(triton_path):
 
 
 def test_unknown_kernel_path(monkeypatch):
-    monkeypatch.setenv("ASCENDKIT_KERNELS", "cuda-please")
-    with pytest.raises(ValueError, match="ASCENDKIT_KERNELS"):
+    monkeypatch.setenv("ASCENDTILE_KERNELS", "cuda-please")
+    with pytest.raises(ValueError, match="ASCENDTILE_KERNELS"):
         ak.rms_norm(torch.randn(2, 8), torch.randn(8))

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-import ascendkit.ops as ak
+import ascendtile.ops as ak
 from opchecks import compiles, op_contract_tests, raises_naming
 
 OPS = torch.ops.ascend
@@ -112,7 +112,7 @@ def test_bad_inputs():
 
 @pytest.mark.parametrize("path", ["reference", "triton"])
 def test_bad_input_writes_nothing(path, monkeypatch):
-    monkeypatch.setenv("ASCENDKIT_KERNELS", path)
+    monkeypatch.setenv("ASCENDTILE_KERNELS", path)
     out, scales = torch.full((4, 64), 7, dtype=I8), torch.full((4, 1), 7.0)
     with pytest.raises(ValueError):
         OPS.dynamic_scaled_int8_quant(out, torch.randn(4, 64), scales, torch.zeros(3, dtype=torch.int32))

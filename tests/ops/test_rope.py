@@ -5,7 +5,7 @@ import pytest
 import torch
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-import ascendkit.ops as ak
+import ascendtile.ops as ak
 from opchecks import compiles, op_contract_tests, raises_naming
 from tolerances import assert_close
 
@@ -126,8 +126,8 @@ def test_bad_input_writes_nothing(triton_path):
 def test_check_indices_switch(path, monkeypatch):
     positions, q, k, _, cache, _ = _args()
     rows = cache.shape[0]
-    monkeypatch.setenv("ASCENDKIT_KERNELS", path)
-    monkeypatch.setenv("ASCENDKIT_CHECK_INDICES", "1")
+    monkeypatch.setenv("ASCENDTILE_KERNELS", path)
+    monkeypatch.setenv("ASCENDTILE_CHECK_INDICES", "1")
     q0 = q.clone()
     for bad in (rows, -1):
         wrong = positions.clone()
@@ -136,5 +136,5 @@ def test_check_indices_switch(path, monkeypatch):
             OPS.rotary_embedding(wrong, q, k, 64, cache, True)
     assert torch.equal(q, q0)  # nothing rotated
     OPS.rotary_embedding(positions, q, k, 64, cache, True)
-    monkeypatch.setenv("ASCENDKIT_CHECK_INDICES", "0")  # off: the token is left unrotated, no error
+    monkeypatch.setenv("ASCENDTILE_CHECK_INDICES", "0")  # off: the token is left unrotated, no error
     OPS.rotary_embedding(wrong, q, k, 64, cache, True)

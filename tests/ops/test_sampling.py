@@ -5,9 +5,9 @@ logprobs vs independent formulas, opcheck / torch.compile on both paths, bad inp
 import pytest
 import torch
 
-import ascendkit.ops as ak
-from ascendkit.ops.reference import _sampling_draw
-from ascendkit.ops.sampling import SAMPLING_EPS
+import ascendtile.ops as ak
+from ascendtile.ops.reference import _sampling_draw
+from ascendtile.ops.sampling import SAMPLING_EPS
 from opchecks import op_contract_tests, raises_naming
 from ops._sampling import (
     INF, INF_ROW, INF_TOKENS, NAN, NAN_CHUNK_ROW, SETTINGS, check_distribution, check_uniform, chi2_bound, draw,

@@ -4,7 +4,7 @@ bad inputs. (Triton kernel vs reference numerics: tests/kernels/test_scaled_mm.p
 import pytest
 import torch
 
-import ascendkit.ops as ak
+import ascendtile.ops as ak
 from opchecks import compiles, op_contract_tests, raises_naming
 from tolerances import assert_close
 
@@ -118,7 +118,7 @@ def test_bad_inputs():
 
 @pytest.mark.parametrize("path", ["reference", "triton"])
 def test_bad_input_writes_nothing(path, monkeypatch):
-    monkeypatch.setenv("ASCENDKIT_KERNELS", path)
+    monkeypatch.setenv("ASCENDTILE_KERNELS", path)
     mm_out = torch.full((4, 8), 7.0)
     with pytest.raises(ValueError):
         OPS.scaled_mm(mm_out, torch.ones(4, 64, dtype=I8), torch.ones(64, 8, dtype=I8), torch.ones(4, 1), torch.ones(8), torch.ones(9))

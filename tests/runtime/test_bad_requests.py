@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from ascendkit.bench.stub_model import VOCAB, StubConfig, StubModel, oracle_greedy, stub_loaded
-from ascendkit.model import LoadedModel
-from ascendkit.runtime import LLM, SamplingParams
+from ascendtile.bench.stub_model import VOCAB, StubConfig, StubModel, oracle_greedy, stub_loaded
+from ascendtile.model import LoadedModel
+from ascendtile.runtime import LLM, SamplingParams
 
 GREEDY = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
 GOOD = [[1, 2, 3], [7, 8, 9, 10, 11], [4, 4]]

@@ -9,9 +9,9 @@ import random
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from ascendkit.runtime.block_manager import BlockManager
-from ascendkit.runtime.sampling_params import SamplingParams
-from ascendkit.runtime.sequence import Sequence
+from ascendtile.runtime.block_manager import BlockManager
+from ascendtile.runtime.sampling_params import SamplingParams
+from ascendtile.runtime.sequence import Sequence
 
 BLOCK = 4
 

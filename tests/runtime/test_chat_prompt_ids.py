@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from ascendkit.bench.stub_model import StubConfig, StubModel
-from ascendkit.model import LoadedModel, Tokenizer, embedded_model_path
-from ascendkit.model.loading.gguf_reader import read_gguf
-from ascendkit.runtime import LLM, SamplingParams
+from ascendtile.bench.stub_model import StubConfig, StubModel
+from ascendtile.model import LoadedModel, Tokenizer, embedded_model_path
+from ascendtile.model.loading.gguf_reader import read_gguf
+from ascendtile.runtime import LLM, SamplingParams
 from embedded import GEMMA3
 
 pytestmark = [pytest.mark.slow, GEMMA3]

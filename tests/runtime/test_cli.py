@@ -1,5 +1,5 @@
-"""`ascendkit generate` / `ascendkit demo` on the stub model (argument routing, output format,
-exit status), the demo on the real embedded model, `ascendkit info`, `ascendkit check-ascend`'s
+"""`ascendtile generate` / `ascendtile demo` on the stub model (argument routing, output format,
+exit status), the demo on the real embedded model, `ascendtile info`, `ascendtile check-ascend`'s
 exit status (the gate itself runs in tests/lowering/test_gate.py), and bad input to every command:
 one line and exit status 2, its traceback only with --debug, before any model loads."""
 from __future__ import annotations
@@ -10,9 +10,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from ascendkit import cli
-from ascendkit.bench.stub_model import stub_loaded
-from ascendkit.runtime import llm as llm_module
+from ascendtile import cli
+from ascendtile.bench.stub_model import stub_loaded
+from ascendtile.runtime import llm as llm_module
 
 
 @pytest.fixture
@@ -53,7 +53,7 @@ def test_tensor_parallel_size_reaches_llm(stub_llm):
 
 
 def test_demo_runs_chat_prompts(stub_llm, monkeypatch, capsys):
-    from ascendkit.runtime import cli as runtime_cli
+    from ascendtile.runtime import cli as runtime_cli
 
     monkeypatch.setattr(runtime_cli, "DEMO_PROMPTS", ["Hi", "Bye"])
     assert cli.main(["demo", "--max-tokens", "4"]) == 0
@@ -96,7 +96,7 @@ def test_demo_on_the_embedded_model(capsys):
 def test_info_lists_device_versions_and_ops(capsys):
     import torch
 
-    from ascendkit.ops import REGISTERED
+    from ascendtile.ops import REGISTERED
 
     assert cli.main(["info"]) == 0
     rows = dict(re.split(r"\s{2,}", line.strip(), maxsplit=1) for line in capsys.readouterr().out.splitlines())
@@ -108,7 +108,7 @@ def test_info_lists_device_versions_and_ops(capsys):
 @pytest.mark.parametrize("ok, json_flag, status", [(True, False, 0), (False, False, 1), (False, True, 0)])
 def test_check_ascend_exit_status(monkeypatch, capsys, ok, json_flag, status):
     """0 when every case passes, 1 when one fails; with --json always 0 (the caller judges)."""
-    from ascendkit.lowering import gate
+    from ascendtile.lowering import gate
 
     report = gate.LoweringReport("case[x]", ok=ok, mix_mode="aiv", expect_mode="aiv", hivm_ok=True, ub_bytes=1024)
     seen = []
@@ -132,8 +132,8 @@ def _one_line_error(argv: list[str], capsys) -> str:
     assert cli.main(argv) == 2
     out, err = capsys.readouterr()
     assert out == "" and "Traceback" not in err and len(err.splitlines()) == 1, err
-    assert err.startswith("ascendkit: error: ")
-    return err.removeprefix("ascendkit: error: ").rstrip("\n")
+    assert err.startswith("ascendtile: error: ")
+    return err.removeprefix("ascendtile: error: ").rstrip("\n")
 
 
 def test_chat_on_a_model_without_a_chat_template_is_one_line_before_the_load(no_model_load, capsys):
@@ -163,14 +163,14 @@ def test_missing_model_path_is_one_line_also_with_spawned_ranks(tmp_path, capsys
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["info"], "ASCENDKIT_KERNELS must be 'triton' or 'reference', got 'bogus'"),
+    (["info"], "ASCENDTILE_KERNELS must be 'triton' or 'reference', got 'bogus'"),
     (["check-ascend", "--family", "nosuch"], "families: unknown kernel families ['nosuch']"),
     (["bench", "kernels", "--family", "nosuch"], "families: unknown benchmark families ['nosuch']"),
     (["bench", "e2e", "--model", "no-such-model"], "model: 'no-such-model' is not an embedded model name"),
     (["bench", "host", "--compilation-level", "2"], "compilation_level: only the hollow model compiles"),
 ], ids=["info", "check-ascend", "bench-kernels", "bench-e2e", "bench-host"])
 def test_bad_input_to_every_other_command_is_one_line(monkeypatch, tmp_path, capsys, argv, message):
-    monkeypatch.setenv("ASCENDKIT_KERNELS", "bogus" if argv == ["info"] else "reference")
+    monkeypatch.setenv("ASCENDTILE_KERNELS", "bogus" if argv == ["info"] else "reference")
     out_dir = ["--out", str(tmp_path)] if argv[0] == "bench" else []
     assert _one_line_error(argv + out_dir, capsys).startswith(message)
     assert list(tmp_path.iterdir()) == []  # nothing written
@@ -184,12 +184,12 @@ def test_debug_prints_the_traceback_then_the_line(no_model_load, capsys, where):
     out, err = capsys.readouterr()
     assert out == "" and err.startswith("Traceback (most recent call last):")
     assert "ValueError: max_tokens: must be an int >= 1\n" in err
-    assert err.splitlines()[-1] == "ascendkit: error: max_tokens: must be an int >= 1"
+    assert err.splitlines()[-1] == "ascendtile: error: max_tokens: must be an int >= 1"
 
 
 def test_other_exceptions_are_bugs_and_keep_their_traceback(monkeypatch):
     """Only bad input is shortened: anything else propagates (the interpreter prints its traceback)."""
-    from ascendkit.lowering import gate
+    from ascendtile.lowering import gate
 
     def broken(families, cases):
         raise RuntimeError("internal")

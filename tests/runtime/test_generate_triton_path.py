@@ -10,9 +10,9 @@ import copy
 import pytest
 from transformers import LlamaConfig
 
-from ascendkit.model import LoadedModel, load_model, quantize_w8a8
-from ascendkit.runtime import LLM, SamplingParams
-from ascendkit.runtime.graph_runner import GraphRunner
+from ascendtile.model import LoadedModel, load_model, quantize_w8a8
+from ascendtile.runtime import LLM, SamplingParams
+from ascendtile.runtime.graph_runner import GraphRunner
 from model.helpers import PagedDriver, save_tiny
 
 CONFIG = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
@@ -36,7 +36,7 @@ def run(model, monkeypatch, path: str, prompts, params, padded: bool = False, **
     """Generate on `path` ("reference" | "triton"); returns the LLM, the token ids and, per
     forward call, (tokens, padding rows). padded: decode steps go through the bucketed
     GraphRunner as on NPU/CUDA (uncaptured here), so their batches carry padding rows."""
-    monkeypatch.setenv("ASCENDKIT_KERNELS", path)
+    monkeypatch.setenv("ASCENDTILE_KERNELS", path)
     llm = LLM(model, **config)
     if padded:
         c = llm.config

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ascendkit.bench.stub_model import StubModel
-from ascendkit.runtime.graph_runner import GraphRunner, bucket_sizes
-from ascendkit.runtime.model_runner import ModelRunner
-from ascendkit.runtime.sampler import Sampler
-from ascendkit.runtime.sampling_params import SamplingParams
-from ascendkit.runtime.scheduler import ScheduledBatch
-from ascendkit.runtime.sequence import Sequence
+from ascendtile.bench.stub_model import StubModel
+from ascendtile.runtime.graph_runner import GraphRunner, bucket_sizes
+from ascendtile.runtime.model_runner import ModelRunner
+from ascendtile.runtime.sampler import Sampler
+from ascendtile.runtime.sampling_params import SamplingParams
+from ascendtile.runtime.scheduler import ScheduledBatch
+from ascendtile.runtime.sequence import Sequence
 
 BLOCK = 4
 NUM_BLOCKS = 160
@@ -96,7 +96,7 @@ class _RecordingGraph:
 
 
 def test_capture_warms_up_then_captures_every_bucket_and_run_replays(monkeypatch):
-    from ascendkit.runtime import graph_runner
+    from ascendtile.runtime import graph_runner
 
     _RecordingGraph.log = []
     monkeypatch.setattr(graph_runner, "TorchDeviceGraphs", lambda device_type: _RecordingGraph)

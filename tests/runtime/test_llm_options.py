@@ -7,8 +7,8 @@ import pytest
 import torch
 from transformers import LlamaConfig
 
-from ascendkit.model import load_model
-from ascendkit.runtime import LLM, SamplingParams
+from ascendtile.model import load_model
+from ascendtile.runtime import LLM, SamplingParams
 from model.helpers import PagedDriver, save_tiny
 
 BYTES_PER_BLOCK = 2 * 2 * 16 * 2 * 16 * 4  # layers · (K, V) · 16 tokens · 2 KV heads · head_dim 16 · fp32

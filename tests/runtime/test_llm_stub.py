@@ -9,8 +9,8 @@ import random
 import pytest
 import torch
 
-from ascendkit.bench.stub_model import CHARS, EOS, VOCAB, oracle_greedy, stub_loaded
-from ascendkit.runtime import LLM, SamplingParams
+from ascendtile.bench.stub_model import CHARS, EOS, VOCAB, oracle_greedy, stub_loaded
+from ascendtile.runtime import LLM, SamplingParams
 
 GREEDY = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
 

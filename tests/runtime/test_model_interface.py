@@ -1,5 +1,5 @@
 """Every architecture of the model zoo and the stub model satisfy the runtime's model protocol
-(ascendkit/runtime/model_interface.py): every member present, every method's parameter names
+(ascendtile/runtime/model_interface.py): every member present, every method's parameter names
 equal to the protocol's — so renaming a method or a parameter on either side fails here. Each
 architecture, built from a tiny config, also generates through LLM."""
 from __future__ import annotations
@@ -10,10 +10,10 @@ import pytest
 import torch
 from torch import nn
 
-from ascendkit.bench.stub_model import StubConfig, StubModel, stub_loaded
-from ascendkit.model import LoadedModel, build_model, parse_config
-from ascendkit.runtime import LLM, SamplingParams
-from ascendkit.runtime.model_interface import RuntimeModel, RuntimeModelConfig, protocol_members, require
+from ascendtile.bench.stub_model import StubConfig, StubModel, stub_loaded
+from ascendtile.model import LoadedModel, build_model, parse_config
+from ascendtile.runtime import LLM, SamplingParams
+from ascendtile.runtime.model_interface import RuntimeModel, RuntimeModelConfig, protocol_members, require
 
 BASE = {"vocab_size": 96, "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,
         "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64, "eos_token_id": 3}

@@ -1,4 +1,4 @@
-"""`from ascendkit import LLM, SamplingParams` works (vLLM's habit) while `import ascendkit` stays
+"""`from ascendtile import LLM, SamplingParams` works (vLLM's habit) while `import ascendtile` stays
 light: the runtime loads on first use of one of those names."""
 from __future__ import annotations
 
@@ -11,52 +11,52 @@ from pathlib import Path
 
 import pytest
 
-import ascendkit
-from ascendkit import runtime
+import ascendtile
+from ascendtile import runtime
 
-HEAVY = ("ascendkit.runtime", "ascendkit.model", "transformers", "tqdm")  # packages
+HEAVY = ("ascendtile.runtime", "ascendtile.model", "transformers", "tqdm")  # packages
 
 
 def _fresh(code: str) -> object:
-    """Run code in a new interpreter importing this same ascendkit; its last line of output, as JSON."""
-    root = str(Path(ascendkit.__file__).parent.parent)
+    """Run code in a new interpreter importing this same ascendtile; its last line of output, as JSON."""
+    root = str(Path(ascendtile.__file__).parent.parent)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
     out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, check=True,
                          env=env)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def test_import_ascendkit_does_not_load_the_runtime():
-    # torch itself imports tqdm (torch.hub): count only what `import ascendkit` adds after torch
+def test_import_ascendtile_does_not_load_the_runtime():
+    # torch itself imports tqdm (torch.hub): count only what `import ascendtile` adds after torch
     added = _fresh("""
         import json, sys
         import torch
         before = set(sys.modules)
-        import ascendkit
+        import ascendtile
         print(json.dumps(sorted(set(sys.modules) - before)))
     """)
     assert [m for m in added if any(m == p or m.startswith(p + ".") for p in HEAVY)] == []
-    assert "ascendkit.ops" in added
+    assert "ascendtile.ops" in added
 
 
-def test_from_ascendkit_import_llm_and_sampling_params():
+def test_from_ascendtile_import_llm_and_sampling_params():
     loaded = _fresh("""
         import json, sys
-        from ascendkit import LLM, SamplingParams
-        print(json.dumps([LLM.__module__, SamplingParams.__module__, "ascendkit.runtime.llm" in sys.modules]))
+        from ascendtile import LLM, SamplingParams
+        print(json.dumps([LLM.__module__, SamplingParams.__module__, "ascendtile.runtime.llm" in sys.modules]))
     """)
-    assert loaded == ["ascendkit.runtime.llm", "ascendkit.runtime.sampling_params", True]
+    assert loaded == ["ascendtile.runtime.llm", "ascendtile.runtime.sampling_params", True]
 
 
 @pytest.mark.parametrize("name", ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput"])
 def test_top_level_names_are_the_runtimes(name):
-    assert getattr(ascendkit, name) is getattr(runtime, name)
-    assert name in dir(ascendkit)
+    assert getattr(ascendtile, name) is getattr(runtime, name)
+    assert name in dir(ascendtile)
 
 
 def test_unknown_attribute_and_submodules():
     with pytest.raises(AttributeError, match="has no attribute 'nope'"):
-        ascendkit.nope  # noqa: B018
-    from ascendkit import platform  # submodules still import through the package
+        ascendtile.nope  # noqa: B018
+    from ascendtile import platform  # submodules still import through the package
 
-    assert platform.__name__ == "ascendkit.platform"
+    assert platform.__name__ == "ascendtile.platform"

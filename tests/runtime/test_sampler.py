@@ -8,10 +8,10 @@ import math
 import pytest
 import torch
 
-from ascendkit.runtime.sampler import Sampler
-from ascendkit.runtime.sampling_batch import build_batch
-from ascendkit.runtime.sampling_params import SamplingParams
-from ascendkit.runtime.sequence import Sequence
+from ascendtile.runtime.sampler import Sampler
+from ascendtile.runtime.sampling_batch import build_batch
+from ascendtile.runtime.sampling_params import SamplingParams
+from ascendtile.runtime.sequence import Sequence
 
 CPU = torch.device("cpu")
 

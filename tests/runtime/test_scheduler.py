@@ -3,14 +3,14 @@ preemption of the most recently admitted sequence, requests that can never fit, 
 that keeps a watermark of free blocks for running sequences to grow into."""
 from __future__ import annotations
 
-from ascendkit.runtime.block_manager import BlockManager
-from ascendkit.runtime.sampling_params import SamplingParams
+from ascendtile.runtime.block_manager import BlockManager
+from ascendtile.runtime.sampling_params import SamplingParams
 import pytest
 
-from ascendkit.bench.stub_model import oracle_greedy, stub_loaded
-from ascendkit.runtime import LLM
-from ascendkit.runtime.scheduler import Scheduler, watermark_blocks
-from ascendkit.runtime.sequence import Sequence, SequenceStatus
+from ascendtile.bench.stub_model import oracle_greedy, stub_loaded
+from ascendtile.runtime import LLM
+from ascendtile.runtime.scheduler import Scheduler, watermark_blocks
+from ascendtile.runtime.sequence import Sequence, SequenceStatus
 
 BLOCK = 4
 
@@ -145,7 +145,7 @@ def test_watermark_avoids_preempting_a_fresh_prefill(watermark, preemptions):
 def test_recompute_after_preemption_gives_the_same_tokens():
     """Greedy and seeded requests (half of these with penalties, whose counts are refilled after
     a preemption), preempted (tiny cache) and recomputed, match their runs alone."""
-    from ascendkit.runtime import SamplingParams as SP
+    from ascendtile.runtime import SamplingParams as SP
 
     prompts = [[(i * 5 + k) % 60 + 1 for k in range(6 + 3 * i)] for i in range(8)]
     penalties = dict(repetition_penalty=1.3, frequency_penalty=0.4)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from ascendkit.runtime import LLM, SamplingParams
+from ascendtile.runtime import LLM, SamplingParams
 from embedded import NEW_TOKENS, PARITY, SMOLLM2
 
 pytestmark = [pytest.mark.slow, SMOLLM2]

@@ -9,8 +9,8 @@ import random
 
 import pytest
 
-from ascendkit.bench.stub_model import CHARS, EOS, VOCAB, oracle_greedy, stub_loaded
-from ascendkit.runtime import LLM, SamplingParams
+from ascendtile.bench.stub_model import CHARS, EOS, VOCAB, oracle_greedy, stub_loaded
+from ascendtile.runtime import LLM, SamplingParams
 
 N = 500
 MAX_MODEL_LEN = 128

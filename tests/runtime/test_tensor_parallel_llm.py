@@ -20,9 +20,9 @@ import pytest
 import torch
 from transformers import LlamaConfig
 
-import ascendkit
-from ascendkit.model import load_model
-from ascendkit.runtime import LLM, SamplingParams
+import ascendtile
+from ascendtile.model import load_model
+from ascendtile.runtime import LLM, SamplingParams
 from embedded import GEMMA3
 from model.helpers import save_tiny
 
@@ -30,7 +30,7 @@ SIZES = dict(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_la
              max_position_embeddings=4096, tie_word_embeddings=True)
 TIMEOUT_S = 180  # a rank's spawn + torch import + load on a busy 2-core machine, with room
 OPTIONS = dict(num_kv_blocks=1100, max_num_seqs=4, tp_timeout_s=TIMEOUT_S)  # 4 prompts of 4096 tokens fit
-REPO = Path(ascendkit.__file__).resolve().parents[1]
+REPO = Path(ascendtile.__file__).resolve().parents[1]
 PROMPTS = [[5, 6, 7, 8], [9, 10, 11], list(range(3, 40)), [100, 3, 100, 3, 7]]
 LEVELS = [0, 2, 3]  # compilation levels of the torchrun ranks
 
@@ -138,7 +138,7 @@ def test_torchrun_ranks_generate_the_tp1_tokens_and_count_collectives_at_every_l
            str(Path(__file__).with_name("torchrun_generate.py")), tiny, str(tmp_path), json.dumps(PROMPTS), "8",
            json.dumps(LEVELS)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")]),
-           "ASCENDKIT_CACHE_DIR": str(tmp_path / "cache")}
+           "ASCENDTILE_CACHE_DIR": str(tmp_path / "cache")}
     launcher = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True)  # its own process group: a timeout kills every rank
     try:
@@ -163,8 +163,8 @@ def test_torchrun_ranks_generate_the_tp1_tokens_and_count_collectives_at_every_l
 def test_kv_blocks_are_the_minimum_over_the_ranks(monkeypatch):
     """create_engine's agreement (a peer with less memory wins) through the counted all_reduce,
     with a stand-in for the peer's side of torch.distributed."""
-    from ascendkit.distributed import collective_bytes, collectives, group
-    from ascendkit.runtime.engine_args import _agreed_blocks
+    from ascendtile.distributed import collective_bytes, collectives, group
+    from ascendtile.runtime.engine_args import _agreed_blocks
 
     monkeypatch.setattr(group._GROUP, "size", 2)
     ops = []
@@ -184,7 +184,7 @@ def test_kv_blocks_are_the_minimum_over_the_ranks(monkeypatch):
 def test_compiled_collectives_count_every_run(monkeypatch):
     """A compiled graph keeps each collective as a custom op node that counts when the graph runs
     (three calls: three counts), not once at trace time; with stand-ins for the peer's side."""
-    from ascendkit.distributed import collective_bytes, collectives, group
+    from ascendtile.distributed import collective_bytes, collectives, group
 
     monkeypatch.setattr(group._GROUP, "size", 2)
     monkeypatch.setattr(collectives.dist, "all_reduce", lambda x, op: x.mul_(2))  # the peer holds the same x

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from ascendkit.runtime import LLM, SamplingParams
+from ascendtile.runtime import LLM, SamplingParams
 
 
 def main(directory: str, out: str, prompts: str, max_tokens: str, levels: str) -> None:

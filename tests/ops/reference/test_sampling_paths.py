@@ -6,8 +6,8 @@ exact filtered distribution."""
 import pytest
 import torch
 
-import ascendkit.ops as ak
-from ascendkit.ops.reference import _sampling_draw, _sampling_filter
+import ascendtile.ops as ak
+from ascendtile.ops.reference import _sampling_draw, _sampling_filter
 from ops._sampling import SETTINGS, check_distribution
 
 I32, I64 = torch.int32, torch.int64

@@ -1,0 +1,226 @@
+"""`ascendtile bench e2e`: offline generation throughput of `LLM.generate` (output and total
+tokens/s, TTFT and TPOT percentiles) on synthetic token prompts, optionally beside HF transformers
+and llama.cpp on the same model file, prompts and dtype, with the ratios. Also the compute roof:
+the measured GEMM throughput over 2·params FLOPs per token, and ours as a fraction of it.
+
+Decoding is greedy unless a temperature is given; then ours and HF sample with the same
+temperature and top-p, and ours also runs greedy in the same process (row "ascendtile greedy"),
+so sampled over greedy is read off one run.
+
+With a compilation level, ours compiles its forward; a level-2 or level-3 compile happens in the
+untimed warm-up, while level 1 recompiles as shapes change, inside the timed run (as do level 3's
+per-size piece captures on NPU/CUDA, each on the first step of its size). The compile count and the
+seconds spent in the backend are reported beside the table and in the JSON (`compilation`).
+
+With a tensor-parallel size N > 1, ours runs on N spawned ranks, and the bytes rank 0's
+collectives move are reported: per decode step of the whole batch (the difference between two
+untimed calls generating 3 and 2 tokens from the same prompts, whose prefills move the same bytes: exactly
+one decode step apart) and per output token of the timed run (prefill included).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from ascendtile import platform
+from ascendtile.bench.f32_gguf import write_f32_gguf
+from ascendtile.bench.peaks import current_peak
+from ascendtile.bench.kernels import DTYPES, default_dtype
+from ascendtile.bench.peers import RunResult, llamacpp_available, run_hf, run_llamacpp
+from ascendtile.bench.report import format_table, write_json
+from ascendtile.compilation import CompiledModel
+from ascendtile.model import model_path
+
+QUICK = {"num_prompts": 2, "input_len": 8, "output_len": 4}
+# Token ids below this are the special/control tokens of the GGUF vocabularies we ship; prompts
+# avoid them so no engine stops or switches templates on them.
+FIRST_PLAIN_TOKEN = 100
+
+
+def synthetic_prompts(num_prompts: int, input_len: int, vocab_size: int, seed: int = 0) -> list[list[int]]:
+    """Random plain-token prompts of exactly input_len tokens (same for every engine)."""
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(FIRST_PLAIN_TOKEN, vocab_size, (num_prompts, input_len), generator=gen).tolist()
+
+
+def run_ours(llm, prompts: list[list[int]], output_len: int, temperature: float = 0.0, top_p: float = 1.0,
+             engine: str = "ascendtile") -> RunResult:
+    from ascendtile.runtime import SamplingParams
+
+    params = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=output_len, ignore_eos=True)
+    llm.generate(prompts[:1], SamplingParams(temperature=temperature, top_p=top_p, max_tokens=2, ignore_eos=True),
+                 use_tqdm=False)  # warm-up
+    start = time.perf_counter()
+    outputs = llm.generate(prompts, params, use_tqdm=False)
+    wall = time.perf_counter() - start
+    token_ids = [list(o.outputs[0].token_ids) for o in outputs]
+    ttft = [o.metrics.time_to_first_token for o in outputs]
+    tpot = [o.mean_per_token_latency or 0.0 for o in outputs]  # 0 when only one token was generated
+    return RunResult(engine, wall, sum(map(len, prompts)), sum(map(len, token_ids)), ttft, tpot, token_ids,
+                     [f"LLM.generate, {platform.device_kind()}"])
+
+
+def percentiles(values: list[float], points: tuple[int, ...] = (50, 90, 99)) -> dict[str, float]:
+    if len(values) == 1:
+        return {f"p{p}": values[0] for p in points}
+    cuts = statistics.quantiles(values, n=100, method="inclusive")
+    return {f"p{p}": cuts[p - 1] for p in points}
+
+
+def agreement(ours: list[list[int]] | None, theirs: list[list[int]] | None) -> float | None:
+    """Fraction of greedy output tokens identical to ours, position by position (None when
+    either side sampled: its tokens carry no agreement)."""
+    if ours is None or theirs is None:
+        return None
+    pairs = [(a, b) for x, y in zip(ours, theirs) for a, b in zip(x, y)]
+    return sum(a == b for a, b in pairs) / len(pairs) if pairs else None
+
+
+def summarise(result: RunResult, ours: RunResult) -> dict:
+    return {
+        "engine": result.engine, "wall_s": result.wall_s, "prompt_tokens": result.prompt_tokens,
+        "output_tokens": result.output_tokens, "output_tok_s": result.output_tok_s, "total_tok_s": result.total_tok_s,
+        "ttft_ms": {k: v * 1e3 for k, v in percentiles(result.ttft_s).items()},
+        "tpot_ms": {k: v * 1e3 for k, v in percentiles(result.tpot_s).items()},
+        "ours_over_this": ours.output_tok_s / result.output_tok_s,
+        "token_agreement_with_ours": agreement(ours.token_ids, result.token_ids),
+        "notes": result.notes,
+    }
+
+
+def compute_roof(params: int, ours: RunResult) -> dict:
+    """2·params FLOPs per token (prompt or output) against the device's matrix peak; on CPU the
+    peak is this machine's measured fp32 GEMM throughput."""
+    peak = current_peak()
+    roof_tok_s = peak.matrix_tflops * 1e12 / (2 * params)
+    return {"params": params, "gemm_gflops": peak.matrix_tflops * 1e3, "peak_source": f"{peak.name}, {peak.source}",
+            "roof_tok_s": roof_tok_s, "ours_total_tok_s_frac_of_roof": ours.total_tok_s / roof_tok_s}
+
+
+def _greedy_only(result: RunResult, sampled: bool) -> RunResult:
+    """Drops a sampled run's tokens: agreement compares greedy outputs only."""
+    if sampled:
+        result.token_ids = None
+    return result
+
+
+def _run_llamacpp_peer(peer: str, path: Path, prompts: list[list[int]], output_len: int, out_dir: Path) -> RunResult:
+    """"llama.cpp" on the GGUF itself; "llama.cpp-f32" on its F32 copy (written once into out_dir)."""
+    if peer == "llama.cpp":
+        return run_llamacpp(path, prompts, output_len)
+    f32 = write_f32_gguf(path, out_dir / f"{path.stem}.F32.gguf")
+    return run_llamacpp(f32, prompts, output_len, engine=peer, weights="F32 GGUF dequantised from the same file")
+
+
+def collective_traffic(llm, prompts: list[list[int]], timed: dict[str, int], output_tokens: int) -> dict:
+    """Bytes rank 0's collectives moved per kind: in one decode step of all prompts, and per
+    output token of the timed run (`timed`: its GenerationStats.collective_bytes)."""
+    from ascendtile.runtime import SamplingParams
+
+    moved = []
+    for max_tokens in (2, 3):  # the same prefill, then 1 and 2 decode steps
+        llm.generate(prompts, SamplingParams(max_tokens=max_tokens, ignore_eos=True), use_tqdm=False)
+        moved.append(llm.last_stats.collective_bytes)
+    return {"batch": len(prompts), "per_decode_step": {k: moved[1][k] - moved[0][k] for k in moved[0]},
+            "per_output_token": {k: v / output_tokens for k, v in timed.items()}}
+
+
+def compilation_record(model: torch.nn.Module | CompiledModel | None, level: int) -> dict:
+    """Level, compiles and backend seconds of the engine's model (a CompiledModel above level 0;
+    None when the model runs in spawned tensor-parallel ranks, which do not report them)."""
+    if model is None:
+        return {"level": level, "num_compiles": None, "compile_s": None,
+                "summary": f"compilation level {level} in each tensor-parallel rank (not reported back)"}
+    if not isinstance(model, CompiledModel):
+        return {"level": 0, "num_compiles": 0, "compile_s": 0.0, "summary": "compilation level 0 (NO_COMPILATION): eager"}
+    return {"level": int(model.config.level), "num_compiles": model.backend.num_compiles,
+            "compile_s": sum(model.backend.compile_seconds), "summary": model.describe()}
+
+
+def run(model: str, num_prompts: int, input_len: int, output_len: int, dtype: str, compare: list[str], out_dir: Path,
+        temperature: float = 0.0, top_p: float = 1.0, compilation_level: int = 0, tensor_parallel_size: int = 1) -> dict:
+    from ascendtile.runtime import LLM
+
+    path = model_path(model)
+    # No prefix cache: the greedy run beside a sampled one repeats the same prompts, and a cache hit
+    # would skip its prefill (the peers have no such cache), so every run starts cold.
+    llm = LLM(model=model, dtype=DTYPES[dtype], max_num_seqs=num_prompts,
+              max_num_batched_tokens=max(num_prompts * input_len, 512), compilation_config=compilation_level,
+              tensor_parallel_size=tensor_parallel_size, enable_prefix_caching=False)
+    params = llm.num_parameters
+    prompts = synthetic_prompts(num_prompts, input_len, llm.model_config.vocab_size)
+    sampled = temperature > 0
+    ours = _greedy_only(run_ours(llm, prompts, output_len, temperature, top_p), sampled)
+    num_preemptions = llm.last_stats.num_preemptions  # of the measured generate() call
+    collectives = None
+    if tensor_parallel_size > 1:
+        ours.notes.append(f"tensor parallel size {tensor_parallel_size} (spawned ranks)")
+        collectives = collective_traffic(llm, prompts, llm.last_stats.collective_bytes, ours.output_tokens)
+    results = [ours]
+    if sampled:
+        results.append(run_ours(llm, prompts, output_len, engine="ascendtile greedy"))
+    compilation = compilation_record(llm.engine.model if llm.engine is not None else None, compilation_level)
+    llm.shutdown()
+    del llm  # free its KV cache before a peer loads its own copy of the model
+    skipped = {}
+    for peer in compare:
+        if peer == "hf":
+            hf = run_hf(path, prompts, output_len, DTYPES[dtype], platform.default_device(), temperature, top_p)
+            results.append(_greedy_only(hf, sampled))
+        elif not llamacpp_available():
+            skipped[peer] = "xllamacpp is not installed (pip install xllamacpp)"
+        elif sampled:
+            skipped[peer] = "the llama.cpp peer decodes greedily only"
+        elif path.suffix != ".gguf":
+            skipped[peer] = f"llama.cpp needs a .gguf model, got {path}"
+        else:
+            results.append(_run_llamacpp_peer(peer, path, prompts, output_len, out_dir))
+    payload = {
+        "benchmark": "e2e", "model": str(path), "dtype": dtype, "num_prompts": num_prompts, "input_len": input_len,
+        "output_len": output_len, "temperature": temperature, "top_p": top_p, "num_preemptions": num_preemptions,
+        "compilation": compilation, "tensor_parallel_size": tensor_parallel_size, "collectives": collectives,
+        "rows": [summarise(r, ours) for r in results], "skipped": skipped,
+        "roof": compute_roof(params, ours),
+    }
+    return write_json(out_dir / "e2e.json", payload)
+
+
+def table(record: dict) -> str:
+    headers = ["engine", "out tok/s", "total tok/s", "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms", "TPOT p99 ms",
+               "ours / this", "same tokens"]
+    body = [[r["engine"], r["output_tok_s"], r["total_tok_s"], r["ttft_ms"]["p50"], r["ttft_ms"]["p99"],
+             r["tpot_ms"]["p50"], r["tpot_ms"]["p99"], r["ours_over_this"], r["token_agreement_with_ours"]]
+            for r in record["rows"]]
+    roof = record["roof"]
+    decoding = (f"sampled (temperature {record['temperature']}, top-p {record['top_p']})" if record["temperature"] > 0
+                else "greedy")
+    lines = [
+        f"e2e: {record['model']} ({record['dtype']}), {record['num_prompts']} prompts x {record['input_len']} "
+        f"in / {record['output_len']} out, {decoding}, EOS ignored; {record['num_preemptions']} preemptions (ascendtile)",
+        format_table(headers, body),
+        f"ascendtile {record['compilation']['summary']}",
+        f"compute roof: {roof['gemm_gflops']:,.1f} GFLOP/s GEMM ({roof['peak_source']}) / (2 x {roof['params'] / 1e6:,.1f} M params)"
+        f" = {roof['roof_tok_s']:,.0f} tokens/s; ours {roof['ours_total_tok_s_frac_of_roof']:.1%} of it (total tokens)",
+    ]
+    traffic = record.get("collectives")
+    if traffic:
+        step, token = traffic["per_decode_step"], traffic["per_output_token"]
+        lines.append(f"tensor parallel {record['tensor_parallel_size']} (rank 0): per decode step of {traffic['batch']} "
+                     f"sequences {step['all_reduce']:,} B all-reduced + {step['all_gather']:,} B all-gathered; per output "
+                     f"token of the timed run {token['all_reduce']:,.0f} B + {token['all_gather']:,.0f} B")
+    lines += [f"skipped {peer}: {why}" for peer, why in record["skipped"].items()]
+    return "\n".join(lines)
+
+
+def main(args: argparse.Namespace) -> int:
+    sizes = QUICK if args.quick else {"num_prompts": args.num_prompts, "input_len": args.input_len, "output_len": args.output_len}
+    record = run(args.model, dtype=args.dtype or default_dtype(), compare=args.compare, out_dir=args.out,
+                 temperature=args.temperature, top_p=args.top_p, compilation_level=args.compilation_level,
+                 tensor_parallel_size=args.tensor_parallel_size, **sizes)
+    print(table(record))
+    print(f"wrote {args.out / 'e2e.json'}")
+    return 0

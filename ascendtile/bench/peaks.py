@@ -1,0 +1,61 @@
+"""Device peaks for roofline reports: published figures for NPU/GPU, measured on this CPU."""
+from __future__ import annotations
+
+import functools
+import os
+import time
+from dataclasses import dataclass
+
+import torch
+
+from ascendtile.platform import device_kind
+
+
+@dataclass(frozen=True)
+class DevicePeak:
+    name: str
+    hbm_gbps: float  # memory bandwidth, GB/s
+    matrix_tflops: float  # dense fp16/bf16 matrix throughput (fp32 GEMM for the CPU), TFLOP/s
+    source: str
+
+
+# Published figures (conflicting sources are noted in ascend-kernel-rules.md; these are the common ones).
+PEAKS = {
+    "ascend910b": DevicePeak("Ascend 910B (A2)", 1600.0, 313.0, "published, fp16 dense"),
+    "h100": DevicePeak("NVIDIA H100 SXM", 3350.0, 989.0, "published, bf16 dense"),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def measured_cpu_peak() -> DevicePeak:
+    """This CPU, measured once per process: large-copy bandwidth and fp32 GEMM throughput."""
+    src = torch.empty(64 * 1024 * 1024 // 4, dtype=torch.float32).fill_(1.0)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    reps, t0 = 5, time.perf_counter()
+    for _ in range(reps):
+        dst.copy_(src)
+    gbps = 2 * src.numel() * 4 * reps / (time.perf_counter() - t0) / 1e9
+    a = torch.randn(1024, 1024)
+    b = torch.randn(1024, 1024)
+    a @ b
+    reps, t0 = 5, time.perf_counter()
+    for _ in range(reps):
+        a @ b
+    tflops = 2 * 1024**3 * reps / (time.perf_counter() - t0) / 1e12
+    return DevicePeak(f"this CPU ({os.cpu_count()} cores)", gbps, tflops, "measured, fp32")
+
+
+def current_peak() -> DevicePeak:
+    kind = device_kind()
+    if kind == "npu":
+        return PEAKS["ascend910b"]
+    if kind == "cuda":
+        return PEAKS["h100"]
+    return measured_cpu_peak()
+
+
+def peak_rows() -> list[tuple[str, str]]:
+    """Rows for `ascendtile info`: every published peak and this CPU's measured one."""
+    return [(f"peak: {peak.name}", f"{peak.hbm_gbps:,.0f} GB/s, {peak.matrix_tflops:,.2f} TFLOP/s ({peak.source})")
+            for peak in (*PEAKS.values(), measured_cpu_peak())]

@@ -1,0 +1,79 @@
+"""CompiledModel: a RuntimeModel whose forward runs compiled at the config's level; every other
+attribute (compute_logits, allocate_kv_cache, ...) is the wrapped model's.
+
+Level 1 is torch.compile with Dynamo's defaults: its guards run every call, a changed size or
+metadata int first seen static recompiles, and (fullgraph off, as by default) past Dynamo's
+recompile limit a call runs eagerly instead of failing. Level 2 traces once with every input dim
+and int dynamic (backed_size_oblivious: a size of 1 in the first call is not specialized either), and
+after that first compile skips guard evaluation, so every step runs the one graph with no
+per-call guard cost. That is sound because the trace depends on no input value: the metadata
+ints reach only the attention ops (`SymInt` in their schemas) and nothing branches on a size.
+Level 3 traces exactly as level 2; its backend splits the graph at the attention ops
+(backend.py, piecewise.py) and, given a CaptureSpec, captures the pieces per size.
+"""
+from __future__ import annotations
+
+import types
+
+import torch
+import torch._dynamo.config as dynamo_config
+import torch.fx.experimental._config as fx_config
+from torch import nn
+
+from ascendtile.compilation.backend import AscendBackend
+from ascendtile.compilation.config import CompilationConfig, CompilationLevel
+from ascendtile.compilation.piece_capture import CaptureSpec
+from ascendtile.model.attention_metadata import AttentionMetadata
+
+
+class CompiledModel:
+    def __init__(self, model: nn.Module, config: CompilationConfig, capture: CaptureSpec | None = None) -> None:
+        self.model, self.config = model, config
+        device_type = next(model.parameters()).device.type
+        self.backend = AscendBackend(config, device_type, capture)
+        once = config.level >= CompilationLevel.DYNAMO_ONCE
+        self._forward = torch.compile(_own_code(model.forward), backend=self.backend, fullgraph=once,
+                                      dynamic=True if once else None)
+
+    def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor, attn_metadata: AttentionMetadata) -> torch.Tensor:
+        if self.config.level == CompilationLevel.DYNAMO_AS_IS:
+            return self._forward(input_ids, positions, attn_metadata)
+        # floats (eps, softmax scale) stay constants: symbolic ones make Inductor restart the trace.
+        # No duck shaping: a block-table width that happens to equal a constant model dim (KV heads)
+        # would share its symbol and be specialized with it.
+        with fx_config.patch(backed_size_oblivious=True, use_duck_shape=False), \
+                dynamo_config.patch(specialize_float=True):
+            if not self.backend.num_compiles:
+                return self._forward(input_ids, positions, attn_metadata)
+            with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
+                return self._forward(input_ids, positions, attn_metadata)
+
+    def __getattr__(self, name: str):
+        return getattr(self.model, name)
+
+    def describe(self) -> str:
+        """One line: level, compiles, seconds spent compiling (level 3: and the pieces compiled)."""
+        seconds = sum(self.backend.compile_seconds)
+        pieces = sum(len(split.pieces) for split in self.backend.splits)
+        return (f"compilation level {int(self.config.level)} ({self.config.level.name}): "
+                f"{self.backend.num_compiles} compile(s){f' ({pieces} pieces)' if pieces else ''}, {seconds:.1f} s")
+
+
+def _own_code(method: types.MethodType) -> types.MethodType:
+    """The bound method over a private copy of its code object. Dynamo keeps its compiled entries
+    (and their recompile limit) per code object: every model of a class would otherwise share one
+    cache, so a process that builds several LLMs would pile entries onto it, keep old models'
+    graphs alive and, past the limit, fail level 2's fullgraph compile."""
+    fn = method.__func__
+    copy = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    copy.__kwdefaults__ = fn.__kwdefaults__
+    return types.MethodType(copy, method.__self__)
+
+
+def compile_model(model: nn.Module, config: CompilationConfig,
+                  capture: CaptureSpec | None = None) -> nn.Module | CompiledModel:
+    """The model itself at level 0, else a CompiledModel. capture: level 3's per-size capture of
+    the pieces (ignored below level 3)."""
+    if config.level == CompilationLevel.NO_COMPILATION:
+        return model
+    return CompiledModel(model, config, capture if config.level == CompilationLevel.PIECEWISE else None)

@@ -1,0 +1,143 @@
+"""Linear: an nn.Linear-layout projection that may be W8A8 and may merge several checkpoint
+projections (q/k/v, gate/up) into one matmul.
+
+Float: weight [N, K] in the model dtype, y = x·Wᵀ + b. On CPU fp32 with oneDNN, `prepack()` (run
+       once after loading, by CausalLM.post_load) reorders the weight into oneDNN's blocked
+       layout (weights of at least ONEDNN_MIN_WEIGHT_ELEMENTS; smaller ones lose to aten): 1.2–2.7×
+       faster than aten::mm on SmolLM2's decode shapes at 2 threads on AVX2, about even at 1
+       thread except the LM head (bench/README.md). The packed copy sits beside
+       the weight (the weight stays the parameter state_dict and W8A8 conversion read); a weight
+       replaced or changed in place after packing is not stale-read: forward falls back to the
+       plain matmul until prepack() runs again (inference-mode weights carry no version
+       counter: only replacement is noticed for them).
+W8A8:  weight int8 [N, K], weight_scale fp32 [N] (per output channel), input_scale fp32 [1]
+       (static) or None (dynamic per-token); y = ascendtile.ops.w8a8_linear(...).
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import ascendtile.ops as ak
+
+# oneDNN picks its blocked layout for an expected row count; decode batches of 1 to a few dozen
+# rows are the CPU hot path, and a layout chosen for 32 rows measured as fast as one for 1 row at
+# 1 row and faster at 32 (the 49,152 × 576 LM head: 17 vs 22 ms).
+ONEDNN_ROWS_HINT = 32
+
+# oneDNN's linear rebuilds its primitive descriptor on every call (the primitive itself comes from
+# its cache): a fixed ~25–55 µs at 1 thread, against ~5 µs for aten's matmul, which only pays off
+# once the product is big enough. Measured at 32 rows, 1 thread (2026-11-23, loaded shared machine,
+# two runs): aten 1.2–3× faster up to 256 × 512 weights in both, at 576 × 576 (SmolLM2's smallest)
+# even in one and oneDNN 2.4× faster in the other. Smaller weights stay unpacked; every linear of
+# the embedded models is above the bound.
+ONEDNN_MIN_WEIGHT_ELEMENTS = 1 << 18
+
+
+@dataclass(frozen=True)
+class PackedWeight:
+    """A weight reordered for oneDNN, valid while `source` is the same tensor at the same version
+    (version None: an inference tensor, which has no version counter)."""
+    source: torch.Tensor
+    version: int | None
+    packed: torch.Tensor
+
+    def usable_for(self, weight: torch.Tensor, x: torch.Tensor) -> bool:
+        return (weight is self.source and (self.version is None or weight._version == self.version)
+                and x.device.type == "cpu")
+
+    def __deepcopy__(self, memo: dict) -> PackedWeight | None:
+        # oneDNN's opaque tensor has no storage to copy: pack the copied weight (memo makes it the
+        # copy's own parameter) so a deep-copied model keeps its fast path.
+        return pack_weight(copy.deepcopy(self.source, memo))
+
+
+def pack_weight(weight: torch.Tensor) -> PackedWeight | None:
+    """The oneDNN-packed copy of an fp32 CPU weight [N, K], or None where oneDNN cannot help: not
+    fp32 on CPU, fewer than ONEDNN_MIN_WEIGHT_ELEMENTS elements, torch built without oneDNN, or a
+    CPU/build whose oneDNN refuses the reorder."""
+    if (weight.device.type != "cpu" or weight.dtype != torch.float32 or weight.numel() < ONEDNN_MIN_WEIGHT_ELEMENTS
+            or not torch.backends.mkldnn.is_available()):
+        return None
+    try:
+        packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), ONEDNN_ROWS_HINT)
+    except (RuntimeError, AttributeError):  # op missing from this build, or the ISA check refused it
+        return None
+    return PackedWeight(weight, None if weight.is_inference() else weight._version, packed)
+
+
+def float_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                 packed: PackedWeight | None) -> torch.Tensor:
+    """x·weightᵀ + bias, through the packed copy when it is still the weight's. Not while Dynamo
+    traces: the version check would be a data-dependent guard. A compiled graph gets its weights
+    packed by Inductor's freezing instead at CPU level 2 (compilation/freeze.py); level 3's pieces
+    are not frozen, so their linears run unpacked."""
+    if packed is not None and not torch.compiler.is_compiling() and packed.usable_for(weight, x):
+        return torch.ops.mkldnn._linear_pointwise(x, packed.packed, bias, "none", [], "")
+    return F.linear(x, weight, bias)
+
+
+class Linear(nn.Module):
+    def __init__(self, in_features: int, out_features: int | list[int], bias: bool = False,
+                 shard_names: list[str] | None = None) -> None:
+        """out_features as a list with shard_names merges checkpoint tensors `<shard>.weight` etc.
+        stacked along the output dim (e.g. [q, k, v] sizes with ["q_proj", "k_proj", "v_proj"])."""
+        super().__init__()
+        sizes = out_features if isinstance(out_features, list) else [out_features]
+        self.in_features, self.out_features = in_features, sum(sizes)
+        self.shard_names = shard_names or []
+        self.shard_sizes = sizes
+        self.weight = nn.Parameter(torch.empty(self.out_features, in_features), requires_grad=False)
+        self.bias = nn.Parameter(torch.empty(self.out_features), requires_grad=False) if bias else None
+        self.register_parameter("weight_scale", None)  # set by to_w8a8_shell
+        self.register_parameter("input_scale", None)
+        self.packed: PackedWeight | None = None
+
+    @property
+    def quantized(self) -> bool:
+        return self.weight.dtype == torch.int8
+
+    def shard_offsets(self) -> dict[str, tuple[int, int]]:
+        """shard name -> (row offset, rows) in the merged weight."""
+        offsets, start = {}, 0
+        for name, size in zip(self.shard_names, self.shard_sizes):
+            offsets[name] = (start, size)
+            start += size
+        return offsets
+
+    def to_w8a8_shell(self, static: bool) -> None:
+        """Replace the float weight by uninitialised int8 weight + scales (filled by a loader)."""
+        device = self.weight.device
+        self.packed = None
+        self.weight = nn.Parameter(torch.empty(self.out_features, self.in_features, dtype=torch.int8, device=device),
+                                   requires_grad=False)
+        self.weight_scale = nn.Parameter(torch.empty(self.out_features, dtype=torch.float32, device=device),
+                                          requires_grad=False)
+        self.input_scale = nn.Parameter(torch.zeros(1, dtype=torch.float32, device=device), requires_grad=False) if static else None
+
+    def dequantized_weight(self, dtype: torch.dtype) -> torch.Tensor:
+        if not self.quantized:
+            return self.weight.to(dtype)
+        return (self.weight.float() * self.weight_scale[:, None]).to(dtype)
+
+    def prepack(self) -> None:
+        """Pack the float weight for oneDNN where that helps (see pack_weight); W8A8: nothing."""
+        self.packed = None if self.quantized else pack_weight(self.weight)
+
+    def project(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """x·Wᵀ (+ bias): the matmul alone, which a row-parallel subclass reduces before its bias."""
+        if self.quantized:
+            return ak.w8a8_linear(x, self.weight, self.weight_scale, self.input_scale, bias)
+        return float_linear(x, self.weight, bias, self.packed)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.project(x, self.bias)
+
+    def extra_repr(self) -> str:
+        kind = "w8a8-" + ("static" if self.input_scale is not None else "dynamic") if self.quantized else "float"
+        kind += ", onednn-packed" if self.packed is not None else ""
+        return f"in={self.in_features}, out={self.shard_sizes}, bias={self.bias is not None}, {kind}"

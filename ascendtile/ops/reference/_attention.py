@@ -1,0 +1,147 @@
+"""Shared by the references of unified_attention, paged_attention and flash_attention_varlen
+(also the CPU path).
+
+One masked-softmax core works on a padded batch: query [B, Q, H, D] against keys/values gathered
+into [B, S, KVH, D] (from the paged cache through the block table, or from the dense varlen
+tensors through cu_seqlens_k), in fp32. Scores cost B·H·Q·S floats, so a mixed batch is split
+into two padded groups, decode sequences (q_len 1) and the rest (prefill chunks), instead of
+padding every decode row to the longest prefill chunk: at most two vectorised passes per call.
+A decode batch (one query per sequence) skips the padded core: it gathers through the step's
+DecodePlan (_decode_plan.py), built once and reused by every layer, and attends with one bmm per
+KV head. These run on CPU only (devices launch the kernels), so reading lengths to the host is cheap.
+
+Visibility of key j (0-based position in the sequence) to the query at absolute position p:
+j < kv_len and its block id in [0, num_blocks) (paged: an id outside hides the key, as in the
+kernels); causal: j <= p (bottom-right aligned: the new tokens are the last q_len of the
+kv_len, p = kv_len - q_len + i); sliding window w > 0: p - w < j (HF / vLLM: a query sees
+itself and the w - 1 keys before it). A query with no visible key gets 0.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ascendtile.ops.reference._decode_plan import DecodeGroup, decode_plan
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_len: torch.Tensor, kv_len: torch.Tensor,
+           scale: float, softcap: float, window: int, causal: bool,
+           block_ok: torch.Tensor | None = None) -> torch.Tensor:
+    """q [B, Q, H, D], k/v [B, S, KVH, D] freshly gathered (overwritten here; rows >= kv_len or
+    not block_ok [B, S] may hold anything), lengths [B] -> [B, Q, H, D] fp32."""
+    batch, num_q, heads, dim = q.shape
+    num_k, kv_heads = k.shape[1], k.shape[2]
+    key_pos = torch.arange(num_k, device=q.device)
+    key_ok = key_pos[None, :] < kv_len[:, None]  # [B, S]
+    if block_ok is not None:
+        key_ok &= block_ok
+    # Unused cache slots may hold NaN/inf (uninitialised memory): zero them so that masked keys
+    # contribute exactly 0 (a 0 probability times NaN would still be NaN).
+    k = k.float().masked_fill_(~key_ok[..., None, None], 0.0)
+    v = v.float().masked_fill_(~key_ok[..., None, None], 0.0)
+    q_pos = (kv_len - q_len)[:, None] + torch.arange(num_q, device=q.device)[None, :]  # [B, Q]
+    visible = key_ok[:, None, :].expand(batch, num_q, num_k)
+    if causal:
+        visible = visible & (key_pos[None, None, :] <= q_pos[..., None])
+    if window > 0:
+        visible = visible & (key_pos[None, None, :] > q_pos[..., None] - window)
+    if softcap <= 0:
+        # torch's fused CPU attention (GQA-aware): no [B, H, Q, S] probabilities materialised.
+        o = F.scaled_dot_product_attention(q.float().transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                           attn_mask=visible[:, None], scale=scale, enable_gqa=True)
+        return o.transpose(1, 2).nan_to_num_(0.0)  # rows with no visible key -> 0
+    qf = q.float().view(batch, num_q, kv_heads, heads // kv_heads, dim)
+    scores = torch.einsum("bqkgd,bskd->bkgqs", qf, k) * scale
+    scores = softcap * torch.tanh(scores / softcap)
+    scores = scores.masked_fill_(~visible[:, None, None], float("-inf"))
+    probs = torch.softmax(scores, dim=-1).nan_to_num_(0.0)  # all-masked rows -> 0
+    return torch.einsum("bkgqs,bskd->bqkgd", probs, v).reshape(batch, num_q, heads, dim)
+
+
+def block_ids(block_table: torch.Tensor, num_blocks: int, block_size: int, num_k: int,
+              kv_len: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(ids [B, blocks] to gather, block_ok [B, num_k] or None). Table entries outside
+    [0, num_blocks) (-1 padding, or a bad id) are clamped into range, so they read some block;
+    block_ok marks the keys whose id was in range, to mask the others. None when every block a
+    sequence reads (below its kv_len) is in range, the usual case: nothing more to mask. A clamp
+    and one compare: int compares and repeat_interleave cost 5-25 us each at decode sizes."""
+    blocks = -(-num_k // block_size)
+    ids = block_table[:, :blocks]
+    safe = ids.clamp(0, num_blocks - 1)
+    bad = safe != ids
+    read = torch.arange(blocks, device=ids.device)[None, :] * block_size < kv_len[:, None]
+    if not bool((bad & read).any()):
+        return safe, None
+    return safe, (~bad).repeat_interleave(block_size, 1)[:, :num_k]
+
+
+def gather_paged(cache: torch.Tensor, ids: torch.Tensor, num_k: int) -> torch.Tensor:
+    """[B, num_k, KVH, D] rows of each sequence (a copy) through the ids of block_ids.
+    index_select, not cache[ids]: aten::index opens a parallel region even for a few blocks, which
+    measured ~8 ms per call at 2 threads while another process held the second core (~15 us idle)."""
+    batch, blocks = ids.shape
+    return cache.index_select(0, ids.flatten()).view(batch, blocks * cache.shape[1], *cache.shape[2:])[:, :num_k]
+
+
+def decode(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+           block_table: torch.Tensor, seq_lens: torch.Tensor, scale: float, softcap: float, window: int) -> None:
+    """Every sequence has exactly one new token, query row b = sequence b (the decode step): query
+    [B, H, D], seq_lens [B] (any int dtype), out [B, H, D]. The gather index is the step's
+    DecodePlan, shared by every layer (_decode_plan.py); a batch whose read block ids are not all
+    in range takes the general masked path."""
+    plan = decode_plan(block_table, seq_lens, key_cache.shape[0], key_cache.shape[1])
+    if plan is None:
+        kv_len = seq_lens.long()
+        num_k = max(int(kv_len.max()), 1)
+        ids, block_ok = block_ids(block_table, key_cache.shape[0], key_cache.shape[1], num_k, kv_len)
+        k, v = gather_paged(key_cache, ids, num_k), gather_paged(value_cache, ids, num_k)
+        out.copy_(attend(query[:, None], k, v, torch.ones_like(kv_len), kv_len, scale, softcap, window, True,
+                         block_ok)[:, 0])
+        return
+    for group in plan.groups:
+        if group.rows is None:
+            out.copy_(_attend_group(query, group, key_cache, value_cache, scale, softcap, window))
+        else:
+            o = _attend_group(query.index_select(0, group.rows), group, key_cache, value_cache, scale, softcap, window)
+            out.index_copy_(0, group.rows, o.to(out.dtype))
+
+
+def _attend_group(query: torch.Tensor, group: DecodeGroup, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                  scale: float, softcap: float, window: int) -> torch.Tensor:
+    """query [G, H, D] of the group's sequences (one token each) -> [G, H, D] fp32."""
+    batch, heads, dim = query.shape
+    kv_heads = key_cache.shape[2]
+    k, v = group.gather(key_cache, "key").float(), group.gather(value_cache, "value").float()
+    q = query.float().unflatten(1, (kv_heads, heads // kv_heads))
+    # One bmm per KV head against its strided [G, S, D] slice of the gathered rows: GQA without
+    # expanding K/V to every query head, and no copy of K/V into a head-major layout.
+    scores = torch.empty(kv_heads, batch, q.shape[2], group.num_k)
+    for h in range(kv_heads):
+        torch.bmm(q[:, h], k[:, :, h].transpose(1, 2), out=scores[h])
+    scores.mul_(scale)
+    if softcap > 0:
+        scores = scores.div_(softcap).tanh_().mul_(softcap)
+    probs = torch.softmax(scores.add_(group.bias(window)), dim=-1)
+    o = torch.empty(kv_heads, batch, q.shape[2], dim)
+    for h in range(kv_heads):
+        torch.bmm(probs[h], v[:, :, h], out=o[h])
+    return o.permute(1, 0, 2, 3).flatten(1, 2).nan_to_num_(0.0)  # no visible key -> 0
+
+
+def run_groups(out: torch.Tensor, query: torch.Tensor, q_start: torch.Tensor, q_len: torch.Tensor,
+                kv_len: torch.Tensor, gather_kv, scale: float, softcap: float, window: int, causal: bool) -> None:
+    """Attend sequences in (at most) two padded groups and write their rows of out. gather_kv(seqs,
+    num_k) -> (k, v, block_ok [B, num_k] or None)."""
+    is_decode = q_len == 1
+    for group in (is_decode, (q_len > 1)):
+        seqs = group.nonzero().flatten()
+        if seqs.numel() == 0:
+            continue
+        g_q, g_k = q_len[seqs], kv_len[seqs]
+        num_q, num_k = int(g_q.max()), max(int(g_k.max()), 1)
+        pos = torch.arange(num_q, device=query.device)
+        valid = pos[None, :] < g_q[:, None]
+        rows = (q_start[seqs, None] + pos[None, :]).clamp(max=query.shape[0] - 1)
+        k, v, block_ok = gather_kv(seqs, num_k)
+        o = attend(query[rows], k, v, g_q, g_k, scale, softcap, window, causal, block_ok)
+        out[rows[valid]] = o[valid].to(out.dtype)

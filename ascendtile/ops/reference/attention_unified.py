@@ -1,0 +1,27 @@
+"""Reference: unified_attention (also the CPU path): a decode step in one pass, any other batch in
+at most two padded groups (see _attention.py)."""
+from __future__ import annotations
+
+import torch
+
+from ascendtile.ops.reference._attention import block_ids, decode, gather_paged, run_groups
+
+
+def unified_attention(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                      block_table: torch.Tensor, cu_seqlens_q: torch.Tensor, seqused_k: torch.Tensor,
+                      max_seqlen_q: int, max_seqlen_k: int, scale: float, softcap: float, sliding_window: int) -> None:
+    if query.shape[0] == 0 or seqused_k.shape[0] == 0:
+        return
+    q_start = cu_seqlens_q[:-1].long()
+    q_len = cu_seqlens_q[1:].long() - q_start
+    if query.shape[0] == seqused_k.shape[0] and bool((q_len == 1).all()):
+        decode(out, query, key_cache, value_cache, block_table, seqused_k.long(), scale, softcap, sliding_window)
+        return
+
+    kv_len = seqused_k.long()
+
+    def gather(seqs: torch.Tensor, num_k: int):
+        ids, block_ok = block_ids(block_table[seqs], key_cache.shape[0], key_cache.shape[1], num_k, kv_len[seqs])
+        return gather_paged(key_cache, ids, num_k), gather_paged(value_cache, ids, num_k), block_ok
+
+    run_groups(out, query, q_start, q_len, kv_len, gather, scale, softcap, sliding_window, True)

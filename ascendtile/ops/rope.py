@@ -1,0 +1,57 @@
+"""Op: rotary_embedding (vLLM argument order and semantics)."""
+from __future__ import annotations
+
+import torch
+
+from ascendtile.ops._indices import check_positions
+from ascendtile.ops._registry import register_op, unchecked
+from ascendtile.ops._validate import FLOAT_DTYPES, INDEX_DTYPES, check_same_device, check_same_dtype, check_tensor
+
+
+def _check_heads(name: str, t: torch.Tensor, head_size: int, tokens: int) -> None:
+    check_tensor(name, t, dtypes=FLOAT_DTYPES, ndim=(2, 3))
+    if t.shape[0] != tokens:
+        raise ValueError(f"{name}: has {t.shape[0]} tokens, positions has {tokens}")
+    if t.dim() == 3 and t.shape[2] != head_size:
+        raise ValueError(f"{name}: last dim {t.shape[2]} differs from head_size {head_size}")
+    if t.dim() == 2 and t.shape[1] % head_size:
+        raise ValueError(f"{name}: width {t.shape[1]} is not a multiple of head_size {head_size}")
+
+
+def _validate(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | None, head_size: int,
+              cos_sin_cache: torch.Tensor, is_neox: bool) -> None:
+    check_tensor("positions", positions, dtypes=INDEX_DTYPES, ndim=1)
+    check_tensor("cos_sin_cache", cos_sin_cache, dtypes=FLOAT_DTYPES, ndim=2, contiguous=True)
+    check_same_device(query=query, positions=positions, key=key, cos_sin_cache=cos_sin_cache)
+    if head_size <= 0:
+        raise ValueError(f"head_size: must be > 0, got {head_size}")
+    _check_heads("query", query, head_size, positions.shape[0])
+    if key is not None:
+        _check_heads("key", key, head_size, positions.shape[0])
+        check_same_dtype(query=query, key=key)
+    rot_dim = cos_sin_cache.shape[1]
+    if rot_dim % 2 or not 0 < rot_dim <= head_size:
+        raise ValueError(f"cos_sin_cache: rot_dim {rot_dim} must be even and in (0, head_size={head_size}]")
+    check_positions("positions", positions, cos_sin_cache.shape[0])
+
+
+ROTARY_EMBEDDING_SCHEMA = ("(Tensor positions, Tensor! query, Tensor!? key, int head_size, Tensor cos_sin_cache, "
+                           "bool is_neox) -> ()")
+rotary_embedding_op = register_op("rotary_embedding", ROTARY_EMBEDDING_SCHEMA, validate=_validate)
+_rotary_embedding_unchecked = unchecked("rotary_embedding")
+
+
+def rotary_embedding(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | None, head_size: int,
+                     cos_sin_cache: torch.Tensor, is_neox: bool, *,
+                     validate: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Rotate the first rot_dim dims of every head of query [T, H*D] or [T, H, D] and key (same
+    layouts, its own head count, or None) in place, at positions [T] (int32/int64).
+    cos_sin_cache [max_position, rot_dim] = cat(cos, sin) (any float dtype; math in fp32).
+    is_neox: rotate halves (x[:r/2], x[r/2:r]); False: interleaved pairs (GPT-J, DeepSeek).
+    A token whose position is outside [0, max_position) is left unrotated: its query and key rows
+    are not touched (ASCENDTILE_CHECK_INDICES=1 raises instead). Token rows may be strided; returns
+    (query, key) for chaining.
+    validate=False: no argument checks (`_registry.unchecked`: for callers valid by construction)."""
+    op = rotary_embedding_op if validate else _rotary_embedding_unchecked
+    op(positions, query, key, head_size, cos_sin_cache, is_neox)
+    return query, key

@@ -1,0 +1,101 @@
+"""`ascendtile generate` and `ascendtile demo`: arguments here, work in LLM. The parser part has no
+heavy imports (torch and the model load only when a subcommand runs)."""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ascendtile.runtime.sampling_params import SamplingParams
+
+DEMO_PROMPTS = [
+    "What is the capital of France?",
+    "Give me three tips for writing clear code.",
+    "Explain what a KV cache is in one sentence.",
+    "Write a haiku about the sea.",
+]
+
+
+def add_generate_parsers(sub: argparse._SubParsersAction) -> None:
+    gen = sub.add_parser("generate", help="offline generation: completions plus a throughput line")
+    gen.add_argument("--model", default="default", help="embedded model name ('default' = SmolLM2-135M-Instruct, "
+                     "'gemma3-270m'), HF dir or .gguf")
+    gen.add_argument("--prompt", action="append", required=True, help="a prompt (repeatable: one request each)")
+    gen.add_argument("--chat", action="store_true", help="wrap each prompt as a user message in the chat template")
+    _common(gen)
+    gen.set_defaults(func=_generate)
+    demo = sub.add_parser("demo", help="a few chat prompts through the embedded SmolLM2-135M-Instruct, eager "
+                          "(compilation level 0: a compile costs about a minute on a CPU, longer than the demo)")
+    demo.add_argument("--model", default="default", help=argparse.SUPPRESS)
+    _common(demo)
+    demo.set_defaults(func=_demo, chat=True, prompt=None)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--dtype", default="float32", help="float32 | float16 | bfloat16 (fp32 on CPU)")
+    parser.add_argument("--quantize", choices=("w8a8",), default=None, help="W8A8 dynamic on every Linear but the LM head")
+    parser.add_argument("--max-model-len", type=int, default=2048)
+    parser.add_argument("--graph", choices=("auto", "off"), default="auto")
+    parser.add_argument("--compilation-level", type=int, choices=(0, 1, 2, 3), default=0,
+                        help="0 eager, 1 torch.compile as is, 2 Dynamo once (one trace, no recompiles), 3 piecewise "
+                        "(level 2 split at attention; pieces captured per size on NPU/CUDA); the compile line goes "
+                        "to stderr")
+    parser.add_argument("--tensor-parallel-size", type=int, default=1,
+                        help="N > 1: the model split over N ranks (spawned worker processes, or the torchrun launch)")
+
+
+def _generate(args: argparse.Namespace) -> int:
+    return _run(args, _checked_params(args))
+
+
+def _checked_params(args: argparse.Namespace) -> SamplingParams:
+    """The SamplingParams, after the checks that need no weights: bad input fails in a second, not
+    after the model's load."""
+    from ascendtile.model import chat_template
+    from ascendtile.runtime.sampling_params import SamplingParams
+
+    params = SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens,
+                            seed=args.seed)
+    if args.chat and not chat_template(args.model):
+        raise ValueError(f"--chat: model {args.model!r} has no chat template (a base model?); drop --chat and write "
+                         "the prompt in the model's own turn format")
+    return params
+
+
+def _run(args: argparse.Namespace, params: SamplingParams) -> int:
+    from ascendtile.runtime.llm import LLM
+
+    llm = LLM(args.model, dtype=args.dtype, max_model_len=args.max_model_len, quantization=args.quantize,
+              graph=args.graph, compilation_config=args.compilation_level, tensor_parallel_size=args.tensor_parallel_size)
+    use_tqdm = len(args.prompt) > 1
+    if args.chat:
+        outputs = llm.chat([[{"role": "user", "content": p}] for p in args.prompt], params, use_tqdm=use_tqdm)
+    else:
+        outputs = llm.generate(args.prompt, params, use_tqdm=use_tqdm)
+    for shown, out in zip(args.prompt, outputs):
+        completion = out.outputs[0]
+        print(f"### {shown}")
+        print(completion.text if completion.finish_reason != "error" else f"[error] {out.error}")
+        print(f"[{len(completion.token_ids)} tokens, finish_reason={completion.finish_reason}]\n")
+    stats = llm.last_stats
+    print(f"{stats.num_requests} requests, {stats.prompt_tokens} prompt + {stats.generated_tokens} generated tokens "
+          f"in {stats.elapsed_s:.2f} s: {stats.tokens_per_s:.1f} tokens/s "
+          f"({llm.config.device.type}, {str(llm.config.dtype).replace('torch.', '')})")
+    if args.compilation_level and llm.engine is not None:  # spawned ranks compile in their own processes
+        print(llm.engine.model.describe(), file=sys.stderr)
+    llm.shutdown()
+    return 0 if all(o.outputs[0].finish_reason != "error" for o in outputs) else 1
+
+
+def _demo(args: argparse.Namespace) -> int:
+    args.prompt = DEMO_PROMPTS
+    params = _checked_params(args)
+    if not args.compilation_level:
+        print("compilation level 0 (eager): compiling costs about a minute on a CPU, longer than this demo; "
+              "--compilation-level 1-3 compiles", file=sys.stderr)
+    return _run(args, params)
