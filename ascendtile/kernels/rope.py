@@ -48,27 +48,32 @@ def _rotate_heads(row_ptr, head_stride, cos, sin, N_HEADS: tl.constexpr, HALF: t
             tl.store(head_ptr + r, out.to(row_ptr.dtype.element_ty), mask=mask)
 
 
-@triton.jit(do_not_specialize=["n_tokens", "max_pos", "q_tok_stride", "q_head_stride", "k_tok_stride",
-                               "k_head_stride"])
+@triton.jit(do_not_specialize=["n_tokens", "seq_len", "max_pos", "pos_batch_stride", "q_batch_stride",
+                               "q_tok_stride", "q_head_stride", "k_batch_stride", "k_tok_stride", "k_head_stride"])
 def rotary_embedding_kernel(
     pos_ptr, q_ptr, k_ptr, cache_ptr,
-    n_tokens, max_pos, q_tok_stride, q_head_stride, k_tok_stride, k_head_stride,
+    n_tokens, seq_len, max_pos, pos_batch_stride, q_batch_stride, q_tok_stride, q_head_stride,
+    k_batch_stride, k_tok_stride, k_head_stride,
     NQ: tl.constexpr, NK: tl.constexpr, HALF: tl.constexpr, IS_NEOX: tl.constexpr, HAS_KEY: tl.constexpr,
     Q_HEAD_BLOCK: tl.constexpr, K_HEAD_BLOCK: tl.constexpr, HALF_BLOCK: tl.constexpr,
 ):
+    # Token t is (batch b, seq s) = divmod(t, seq_len): positions [B, S] and query/key [B, S, ...]
+    # at any batch stride. positions [T] is one batch of seq_len = T (batch strides unused).
     d = tl.arange(0, HALF_BLOCK)[None, :]
     for t in range(tl.program_id(0), n_tokens, tl.num_programs(0)):
         t64 = tl.cast(t, tl.int64)
-        pos = tl.load(pos_ptr + t64).to(tl.int64)
+        b = t64 // seq_len
+        s = t64 - b * seq_len
+        pos = tl.load(pos_ptr + b * pos_batch_stride + s).to(tl.int64)
         if (pos >= 0) & (pos < max_pos):
             cache_row = cache_ptr + pos * (2 * HALF)
             cos = tl.load(cache_row + d, mask=d < HALF, other=0.0).to(tl.float32)
             sin = tl.load(cache_row + HALF + d, mask=d < HALF, other=0.0).to(tl.float32)
-            _rotate_heads(q_ptr + t64 * q_tok_stride, q_head_stride, cos, sin, NQ, HALF, IS_NEOX, Q_HEAD_BLOCK,
-                          HALF_BLOCK)
+            _rotate_heads(q_ptr + b * q_batch_stride + s * q_tok_stride, q_head_stride, cos, sin, NQ, HALF, IS_NEOX,
+                          Q_HEAD_BLOCK, HALF_BLOCK)
             if HAS_KEY:
-                _rotate_heads(k_ptr + t64 * k_tok_stride, k_head_stride, cos, sin, NK, HALF, IS_NEOX, K_HEAD_BLOCK,
-                              HALF_BLOCK)
+                _rotate_heads(k_ptr + b * k_batch_stride + s * k_tok_stride, k_head_stride, cos, sin, NK, HALF,
+                              IS_NEOX, K_HEAD_BLOCK, HALF_BLOCK)
 
 
 def blocks_for(heads: int, half: int, is_neox: bool) -> tuple[int, int]:
@@ -77,26 +82,31 @@ def blocks_for(heads: int, half: int, is_neox: bool) -> tuple[int, int]:
     return min(triton.next_power_of_2(heads), max(1, MAX_TILE[is_neox] // half_block)), half_block
 
 
-def _head_layout(x: torch.Tensor, head_size: int) -> tuple[int, int, int]:
-    """(heads, token stride, head stride) of [T, H*D] or [T, H, D]."""
-    if x.dim() == 3:
-        return x.shape[1], x.stride(0), x.stride(1)
-    return x.shape[1] // head_size, x.stride(0), head_size
+def _head_layout(x: torch.Tensor, head_size: int, token_dims: int) -> tuple[int, int, int, int]:
+    """(heads, batch stride, token stride, head stride) of x = [*tokens, H*D] or [*tokens, H, D],
+    tokens = [T] (batch stride 0) or [B, S]."""
+    batch_stride = x.stride(0) if token_dims == 2 else 0
+    if x.dim() == token_dims + 2:
+        return x.shape[-2], batch_stride, x.stride(token_dims - 1), x.stride(-2)
+    return x.shape[-1] // head_size, batch_stride, x.stride(token_dims - 1), head_size
 
 
 def rotary_embedding(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | None, head_size: int,
                      cos_sin_cache: torch.Tensor, is_neox: bool) -> None:
-    tokens = positions.shape[0]
+    tokens = positions.numel()
     if tokens == 0:
         return
+    token_dims = positions.dim()
+    seq_len = positions.shape[-1]
+    pos_batch = positions.stride(0) if token_dims == 2 else 0
     half = cos_sin_cache.shape[1] // 2
-    nq, q_tok, q_head = _head_layout(query, head_size)
-    nk, k_tok, k_head = _head_layout(key, head_size) if key is not None else (1, 0, 0)
+    nq, q_batch, q_tok, q_head = _head_layout(query, head_size, token_dims)
+    nk, k_batch, k_tok, k_head = _head_layout(key, head_size, token_dims) if key is not None else (1, 0, 0, 0)
     q_block, half_block = blocks_for(nq, half, is_neox)
     k_block, _ = blocks_for(nk, half, is_neox)
     rotary_embedding_kernel[(grid_size(query.device, tokens),)](
         positions, query, key if key is not None else query, cos_sin_cache,
-        tokens, cos_sin_cache.shape[0], q_tok, q_head, k_tok, k_head,
+        tokens, seq_len, cos_sin_cache.shape[0], pos_batch, q_batch, q_tok, q_head, k_batch, k_tok, k_head,
         NQ=nq, NK=nk, HALF=half, IS_NEOX=is_neox, HAS_KEY=key is not None,
         Q_HEAD_BLOCK=q_block, K_HEAD_BLOCK=k_block, HALF_BLOCK=half_block,
     )

@@ -54,6 +54,26 @@ def test_rope_strided_fused_qkv(is_neox):
     run_both(op, [_positions(13), qkv, _cache(64)], mutated=[1])
 
 
+@pytest.mark.parametrize("is_neox", [True, False])
+def test_rope_2d_positions_strided_batches(is_neox):
+    # vLLM's [B, S] form on slices of a fused qkv [B, S+1, W]: token stride W, batch stride
+    # (S+1)*W (not S*W: no flat view exists), key as [B, S, H, D]; positions a [B, S] slice too.
+    batch, seq, width = 3, 4, (4 + 2 + 2) * 64 + 8
+
+    def op(positions, qkv, cache):
+        q = qkv[:, :seq, : 4 * 64]
+        k = qkv[:, :seq, 4 * 64 : 6 * 64].unflatten(-1, (2, 64))
+        OP(positions[:, :seq], q, k, 64, cache, is_neox)
+
+    qkv = torch.randn(batch, seq + 1, width, dtype=torch.float16)
+    run_both(op, [_positions(batch * (seq + 2)).view(batch, seq + 2), qkv, _cache(64)], mutated=[1])
+
+
+def test_rope_2d_positions_key_none_int32():
+    q = torch.randn(2, 5, 3, 64, dtype=torch.bfloat16)  # [B, S, H, D]
+    run_both(OP, [_positions(10, torch.int32).view(2, 5), q, None, 64, _cache(32), False], mutated=[1])
+
+
 def test_rope_many_heads_and_low_precision_cache():
     # 128 query heads (DeepSeek-V2) cross the head tile; the cache itself in bf16.
     q = torch.randn(5, 128, 192, dtype=torch.bfloat16)

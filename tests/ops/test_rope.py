@@ -1,5 +1,6 @@
 """rotary_embedding, the op contract: reference vs an independent complex-number formula and HF's
-rotate_half, opcheck and torch.compile on both kernel paths, the functional wrapper and bad inputs.
+rotate_half, vLLM's 2-D positions form ([B, S]) vs the flattened tokens, opcheck and torch.compile
+on both kernel paths, the functional wrapper and bad inputs.
 (Triton kernel vs reference numerics: tests/kernels/test_rope.py.)"""
 import pytest
 import torch
@@ -74,14 +75,85 @@ def test_partial_rotary_leaves_tail_and_strided_rows():
     assert not torch.equal(heads[1:, :, :64], old[1:, :, :64])
 
 
+@pytest.mark.parametrize("is_neox", [True, False])
+@pytest.mark.parametrize("with_key", [True, False])
+def test_2d_positions_match_flattened_tokens(is_neox, with_key):
+    # vLLM's [B, S] form: query [B, S, H*D], key [B, S, H, D]; the same as the B*S tokens flattened.
+    batch, seq, head_size = 3, 5, 64
+    positions = torch.randint(0, 16, (batch, seq))
+    cache = _cache(16, 32)
+    q, k = torch.randn(batch, seq, 4 * head_size), torch.randn(batch, seq, 2, head_size)
+    flat_q, flat_k = q.reshape(batch * seq, -1).clone(), k.reshape(batch * seq, 2, head_size).clone()
+    expect_q = _complex_rope(flat_q, positions.flatten(), cache, head_size, is_neox).float().view(q.shape)
+    expect_k = _complex_rope(flat_k, positions.flatten(), cache, head_size, is_neox).float().view(k.shape)
+    ak.rotary_embedding(positions.flatten(), flat_q, flat_k if with_key else None, head_size, cache, is_neox)
+    key = k if with_key else None
+    got_q, got_k = ak.rotary_embedding(positions, q, key, head_size, cache, is_neox)
+    assert got_q is q and got_k is key
+    assert torch.equal(q, flat_q.view(q.shape))
+    assert_close(q, expect_q, atol=2e-5)
+    if with_key:
+        assert torch.equal(k, flat_k.view(k.shape))
+        assert_close(k, expect_k, atol=2e-5)
+
+
+@pytest.mark.parametrize("path", ["reference", "triton"])
+def test_2d_positions_strided_fused_qkv(path, monkeypatch):
+    # q and k slices of a fused qkv [B, S+2, W] whose batch rows hold 2 extra tokens: token stride
+    # W, batch stride (S+2)*W, so neither flattens to [B*S, ...] as a view. v, the padding columns
+    # and the extra tokens stay untouched.
+    monkeypatch.setenv("ASCENDTILE_KERNELS", path)
+    batch, seq, head_size, nq, nk = 2, 3, 64, 3, 1
+    width = (nq + 2 * nk) * head_size + 8
+    qkv = torch.randn(batch, seq + 2, width)
+    before = qkv.clone()
+    positions = torch.randint(0, 16, (batch, seq))
+    cache = _cache(16, 64)
+    q = qkv[:, :seq, : nq * head_size]
+    k = qkv[:, :seq, nq * head_size : (nq + nk) * head_size].unflatten(-1, (nk, head_size))
+    ak.rotary_embedding(positions, q, k, head_size, cache, False)
+    for b in range(batch):
+        for x, start, heads in ((q, 0, nq), (k, nq * head_size, nk)):
+            old = before[b, :seq, start : start + heads * head_size]
+            expect = _complex_rope(old, positions[b], cache, head_size, False).float()
+            assert_close(x[b].reshape(seq, -1), expect, atol=2e-5)
+    assert torch.equal(qkv[:, :, (nq + nk) * head_size :], before[:, :, (nq + nk) * head_size :])
+    assert torch.equal(qkv[:, seq:], before[:, seq:])
+
+
+@pytest.mark.parametrize("path", ["reference", "triton"])
+def test_2d_out_of_range_position_leaves_its_token(path, monkeypatch):
+    monkeypatch.setenv("ASCENDTILE_KERNELS", path)
+    positions, cache = torch.tensor([[3, 16, 1], [-1, 7, 0]]), _cache(16, 32)
+    q, k = torch.randn(2, 3, 2, 64), torch.randn(2, 3, 64)
+    q0, k0 = q.clone(), k.clone()
+    OPS.rotary_embedding(positions, q, k, 64, cache, True)
+    for b, s in ((0, 1), (1, 0)):
+        assert torch.equal(q[b, s], q0[b, s]) and torch.equal(k[b, s], k0[b, s])
+    b, s = 1, 1
+    assert_close(q[b, s], _complex_rope(q0[b, s][None], positions[b, s][None], cache, 64, True)[0].float(), atol=2e-5)
+    monkeypatch.setenv("ASCENDTILE_CHECK_INDICES", "1")
+    with pytest.raises(ValueError, match=r"^positions: entry \[0, 1\] is 16, outside \[0, 16\)"):
+        OPS.rotary_embedding(positions, q, k, 64, cache, True)
+
+
 def _args(key=True):
     positions = torch.tensor([3, 0, 9, 1, 7])
     q, k = torch.randn(5, 4 * 64), torch.randn(5, 2, 64)
     return [positions, q, k if key else None, 64, _cache(16, 32), True]
 
 
+def _args_2d(key=True):
+    positions, q, k, head_size, cache, is_neox = _args(key)
+    qkv = torch.randn(1, 5, 4 * 64 + 2 * 64 + 16)  # [B, S, W]: query a slice of it, strided tokens
+    q, k = qkv[..., : 4 * 64], k.view(1, 5, 2, 64) if key else None
+    return [positions.view(1, 5), q, k, head_size, cache, False]
+
+
 test_opcheck, test_compile = op_contract_tests({"rotary_embedding": _args,
-                                                "rotary_embedding:no_key": lambda: _args(key=False)})
+                                                "rotary_embedding:no_key": lambda: _args(key=False),
+                                                "rotary_embedding:2d": _args_2d,
+                                                "rotary_embedding:2d_no_key": lambda: _args_2d(key=False)})
 
 
 def test_wrapper_compiles():
@@ -109,9 +181,25 @@ def test_bad_inputs():
     raises_naming(ValueError, "cos_sin_cache", op, positions, q, k, 64, torch.randn(16, 33), True)
     raises_naming(TypeError, "cos_sin_cache", op, positions, q, k, 64, cache.to(torch.int64), True)
     raises_naming(ValueError, "head_size", op, positions, q, k, 0, cache, True)
-    raises_naming(ValueError, "positions", op, positions.view(5, 1), q, k, 64, cache, True)
+    raises_naming(ValueError, "positions", op, positions.view(5, 1, 1), q, k, 64, cache, True)
     raises_naming(ValueError, "positions", op, positions.to("meta"), q, k, 64, cache, True)
     raises_naming(ValueError, "key", op, positions, q, k.to("meta"), 64, cache, True)
+
+
+def test_bad_2d_shapes():
+    # positions [B, S]: query/key must lead with [B, S]; the flat [B*S, ...] form is refused.
+    positions, q, k, _, cache, _ = _args()
+    pos2d, q2d, k2d = positions.view(1, 5), q.view(1, 5, 4 * 64), k.view(1, 5, 2, 64)
+    op = OPS.rotary_embedding
+    raises_naming(ValueError, "query", op, pos2d, q, k2d, 64, cache, True)
+    raises_naming(ValueError, "key", op, pos2d, q2d, k, 64, cache, True)
+    raises_naming(ValueError, "query", op, pos2d, q2d[:, :4], k2d, 64, cache, True)  # seq 4 vs 5
+    raises_naming(ValueError, "key", op, pos2d, q2d, k2d[:, :4], 64, cache, True)
+    raises_naming(ValueError, "query", op, positions.view(5, 1), q2d.view(5, 1, 4, 64).transpose(0, 1), k2d, 64,
+                  cache, True)  # [1, 5] vs positions [5, 1]
+    raises_naming(ValueError, "query", op, pos2d, q2d.view(1, 5, 4, 64)[..., :60], k2d, 64, cache, True)
+    raises_naming(ValueError, "key", op, pos2d, q2d, k2d.view(1, 5, 128)[..., :100], 64, cache, True)
+    raises_naming(ValueError, "query", op, positions, q2d, k, 64, cache, True)  # 1-D positions, [B, S, H*D]
 
 
 def test_bad_input_writes_nothing(triton_path):

@@ -1,12 +1,13 @@
 """Reference: rotary_embedding (vLLM semantics), fp32 math rounded once to the tensor dtype. A
-token whose position is outside [0, cos_sin_cache rows) is left unrotated, as in the kernel."""
+token whose position is outside [0, cos_sin_cache rows) is left unrotated, as in the kernel.
+positions [T] or [B, S]; query/key lead with the same token dims."""
 from __future__ import annotations
 
 import torch
 
 
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, head_size: int, is_neox: bool) -> None:
-    heads = x.unflatten(-1, (-1, head_size)) if x.dim() == 2 else x  # [T, H, D] view
+def _rotate(heads: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, is_neox: bool) -> None:
+    """Rotate heads [*tokens, H, D] in place by cos/sin [*tokens, 1, rot_dim / 2]."""
     rot = heads[..., : 2 * cos.shape[-1]]
     xf = rot.float()
     if is_neox:  # rotate halves: (x[:r/2], x[r/2:r])
@@ -18,25 +19,27 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, head_size: in
     rot.copy_(torch.cat((o1, o2), -1) if is_neox else torch.stack((o1, o2), -1).flatten(-2))
 
 
-def _rotate_tokens(x: torch.Tensor, tokens: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor,
-                   head_size: int, is_neox: bool) -> None:
-    """Rotate x's rows `tokens` (None: every row) in place."""
-    if tokens is None:
-        _rotate(x, cos, sin, head_size, is_neox)
+def _rotate_tokens(heads: torch.Tensor, valid: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor,
+                   is_neox: bool) -> None:
+    """Rotate the tokens of heads [*tokens, H, D] where `valid` (None: every token) in place."""
+    if valid is None:
+        _rotate(heads, cos, sin, is_neox)
         return
-    rows = x.index_select(0, tokens)
-    _rotate(rows, cos, sin, head_size, is_neox)
-    x.index_copy_(0, tokens, rows)
+    rows = heads[valid]  # [valid tokens, H, D], a copy
+    _rotate(rows, cos, sin, is_neox)
+    heads[valid] = rows
 
 
 def rotary_embedding(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | None, head_size: int,
                      cos_sin_cache: torch.Tensor, is_neox: bool) -> None:
-    tokens = None  # every token; else the tokens at valid positions, the only ones rotated
+    token_dims = positions.dim()
+    valid = None  # every token; else a mask of the tokens at valid positions, the only ones rotated
     rows = cos_sin_cache.shape[0]
     if positions.numel() and (int(positions.min()) < 0 or int(positions.max()) >= rows):
-        tokens = ((positions >= 0) & (positions < rows)).nonzero().squeeze(1)
-        positions = positions.index_select(0, tokens)
-    cos, sin = cos_sin_cache.index_select(0, positions).float()[:, None, :].chunk(2, dim=-1)  # [T, 1, rot_dim / 2]
-    _rotate_tokens(query, tokens, cos, sin, head_size, is_neox)
-    if key is not None:
-        _rotate_tokens(key, tokens, cos, sin, head_size, is_neox)
+        valid = (positions >= 0) & (positions < rows)
+        positions = positions[valid]
+    cos, sin = cos_sin_cache[positions].float().unsqueeze(-2).chunk(2, dim=-1)  # [*tokens, 1, rot_dim / 2]
+    for x in (query, key):
+        if x is not None:  # [*tokens, H*D] is viewed as [*tokens, H, D] (its last dim is contiguous)
+            heads = x.unflatten(-1, (-1, head_size)) if x.dim() == token_dims + 1 else x
+            _rotate_tokens(heads, valid, cos, sin, is_neox)
