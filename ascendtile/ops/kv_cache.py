@@ -12,17 +12,22 @@ SUPPORTED_KV_CACHE_DTYPES = ("auto",)
 
 
 def _check_common(slot_mapping: torch.Tensor, tokens: int, cache: torch.Tensor, kv_cache_dtype: str,
-                  scales: dict[str, torch.Tensor]) -> None:
+                  scales: dict[str, torch.Tensor], per_head: int | None = None) -> None:
+    """per_head: the cache's head count when a scale may also be one per KV head (vLLM's
+    reshape_and_cache_flash takes [num_kv_heads] scales as well as one per tensor)."""
     check_tensor("slot_mapping", slot_mapping, dtypes=INDEX_DTYPES, ndim=1)
     if slot_mapping.shape[0] > tokens:
         raise ValueError(f"slot_mapping: {slot_mapping.shape[0]} slots for {tokens} tokens")
     check_slots("slot_mapping", slot_mapping, cache.shape[0], cache.shape[1])
     if kv_cache_dtype not in SUPPORTED_KV_CACHE_DTYPES:
-        raise ValueError(f"kv_cache_dtype: {kv_cache_dtype!r} not supported yet; only 'auto' (cache in the model dtype)")
+        raise ValueError(f"kv_cache_dtype: {kv_cache_dtype!r} not supported (fp8 caches are not); only 'auto' "
+                         "(cache in the model dtype)")
     for name, scale in scales.items():
         check_tensor(name, scale, dtypes=(torch.float32,))
-        if scale.numel() != 1:
-            raise ValueError(f"{name}: expected one element, got shape {tuple(scale.shape)}")
+        if scale.numel() == 1 or (per_head is not None and tuple(scale.shape) == (per_head,)):
+            continue
+        allowed = "one element" + ("" if per_head is None else f" or [num_kv_heads] = [{per_head}]")
+        raise ValueError(f"{name}: expected {allowed}, got shape {tuple(scale.shape)}")
 
 
 def _validate_flash(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
@@ -38,7 +43,8 @@ def _validate_flash(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Ten
     if tuple(key_cache.shape[2:]) != tuple(key.shape[1:]):
         raise ValueError(f"key_cache: [num_kv_heads, head_size] {tuple(key_cache.shape[2:])} differs from key's {tuple(key.shape[1:])}")
     check_shape("value_cache", value_cache, key_cache.shape, "same as key_cache")
-    _check_common(slot_mapping, key.shape[0], key_cache, kv_cache_dtype, {"k_scale": k_scale, "v_scale": v_scale})
+    _check_common(slot_mapping, key.shape[0], key_cache, kv_cache_dtype, {"k_scale": k_scale, "v_scale": v_scale},
+                  per_head=key_cache.shape[2])
 
 
 def _validate_mla(kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
@@ -81,7 +87,9 @@ def reshape_and_cache_flash(key: torch.Tensor, value: torch.Tensor, key_cache: t
     caches [num_blocks, block_size, num_kv_heads, head_size] (same dtype) at slot_mapping [S ≤ T]
     (int32/int64; slot = block · block_size + offset, −1 = padding, skipped). A slot outside
     [0, num_blocks · block_size) is skipped too, never written (ASCENDTILE_CHECK_INDICES=1 raises
-    instead). Returns the caches.
+    instead). k_scale / v_scale: fp32, one element or one per KV head [num_kv_heads] (vLLM's
+    forms); kv_cache_dtype "auto" stores the values as they are, so the scales are checked, not
+    applied, and an fp8 cache dtype is refused. Returns the caches.
     validate=False: no argument checks (`_registry.unchecked`: for callers valid by construction)."""
     k_scale = _unit_scale(key) if k_scale is None else k_scale
     v_scale = _unit_scale(key) if v_scale is None else v_scale

@@ -99,10 +99,24 @@ def test_bad_inputs_flash():
     raises_naming(TypeError, "slot_mapping", op, key, value, kc, vc, slots.float(), "auto", s, s)
     raises_naming(ValueError, "slot_mapping", op, key, value, kc, vc, torch.zeros(6, dtype=torch.int64), "auto", s, s)
     raises_naming(ValueError, "kv_cache_dtype", op, key, value, kc, vc, slots, "fp8", s, s)
-    raises_naming(ValueError, "k_scale", op, key, value, kc, vc, slots, "auto", torch.ones(2), s)
+    raises_naming(ValueError, "k_scale", op, key, value, kc, vc, slots, "auto", torch.ones(3), s)  # 2 KV heads
+    raises_naming(ValueError, "v_scale", op, key, value, kc, vc, slots, "auto", s, torch.ones(2, 1))
     raises_naming(TypeError, "v_scale", op, key, value, kc, vc, slots, "auto", s, torch.ones((), dtype=torch.float16))
     raises_naming(ValueError, "slot_mapping", op, key, value, kc, vc, slots.to("meta"), "auto", s, s)
     raises_naming(ValueError, "key_cache", op, key, value, kc.to("meta"), vc, slots, "auto", s, s)
+
+
+@pytest.mark.parametrize("path", ["reference", "triton"])
+def test_flash_per_head_scales(path, monkeypatch):
+    """vLLM's per-head k/v scales [num_kv_heads] are accepted beside per-tensor ones; with the
+    "auto" cache dtype both store the values as they are."""
+    monkeypatch.setenv("ASCENDTILE_KERNELS", path)
+    key, value, kc, vc, slots, _, s, _ = _flash_args()
+    OPS.reshape_and_cache_flash(key, value, kc, vc, slots, "auto", s, s)
+    per_head_k, per_head_v = kc.new_zeros(kc.shape), vc.new_zeros(vc.shape)
+    OPS.reshape_and_cache_flash(key, value, per_head_k, per_head_v, slots, "auto", torch.full((2,), 0.5),
+                                torch.full((2,), 2.0))
+    assert kc.any() and torch.equal(per_head_k, kc) and torch.equal(per_head_v, vc)
 
 
 def test_bad_inputs_mla():
