@@ -1,0 +1,31 @@
+"""An HF model directory (config.json, model.safetensors, tokenizer files) written from a GGUF
+through HF transformers' own GGUF dequantisation: what engines that read only HF directories
+(vLLM) load, so they run the same weights as ours and HF's. transformers refuses to save a
+model it loaded from GGUF, so the tensors, config and tokenizer are written one by one."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+
+def write_hf_dir(gguf_path: Path, out_dir: Path, dtype: torch.dtype = torch.float32) -> Path:
+    """Dequantise gguf_path into out_dir (created) in dtype; returns out_dir. A tied LM head is
+    written once (as the embedding), as HF checkpoints do."""
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, dtype=dtype)
+    tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tied = model.config.tie_word_embeddings
+    tensors = {name: t.contiguous() for name, t in model.state_dict().items() if not (tied and name == "lm_head.weight")}
+    save_file(tensors, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+    model.generation_config.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    config = model.config.to_dict()
+    config.pop("quantization_config", None)  # the GGUF's: the written tensors are plain floats
+    config["architectures"] = [type(model).__name__]
+    (out_dir / "config.json").write_text(json.dumps(config, indent=2))
+    return out_dir
