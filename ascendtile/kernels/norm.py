@@ -7,6 +7,8 @@ never exceeds the unified-buffer budget whatever the hidden size; the chunk is t
 of two that divides the width. Masks only where a tile can be partial: rows of the last group
 (ROWS > 1), columns of a padded single-pass row, and all chunks of a width no chunk divides
 (a separate unmasked loop plus a masked tail doubled the planned UB: 84 -> 148 KB at h=7168).
+Without a weight (vLLM's weight=None, HAS_WEIGHT=False) no weight is read and the fp32 x·rstd is
+rounded once to the output dtype.
 """
 from __future__ import annotations
 
@@ -56,8 +58,13 @@ def normalize(x, rstd, w):
 
 
 @triton.jit
-def _scale_store(out_ptrs, w, x, rstd, mask, MASKED: tl.constexpr):
-    store_tile(out_ptrs, normalize(x, rstd, w).to(out_ptrs.dtype.element_ty), mask, MASKED)
+def _scale_store(out_ptrs, w, x, rstd, mask, MASKED: tl.constexpr, HAS_WEIGHT: tl.constexpr):
+    """x·rstd (times w when HAS_WEIGHT; w is None otherwise) stored in the output dtype."""
+    if HAS_WEIGHT:
+        y = normalize(x, rstd, w)
+    else:
+        y = x * rstd
+    store_tile(out_ptrs, y.to(out_ptrs.dtype.element_ty), mask, MASKED)
 
 
 @triton.jit
@@ -68,11 +75,14 @@ def _chunk_sq(x_row, res_row, cols, start, r, N: tl.constexpr, MASKED: tl.conste
 
 
 @triton.jit
-def _chunk_scale(src_row, out_row, w_ptr, cols, start, r, rstd, N: tl.constexpr, MASKED: tl.constexpr):
+def _chunk_scale(src_row, out_row, w_ptr, cols, start, r, rstd, N: tl.constexpr, MASKED: tl.constexpr,
+                 HAS_WEIGHT: tl.constexpr):
     mask = _mask(r, cols, 1, N - start, False, True)
     x = load_tile(src_row + start + cols[None, :], mask, MASKED).to(tl.float32)
-    w = load_tile(w_ptr + start + cols[None, :], mask, MASKED)
-    _scale_store(out_row + start + cols[None, :], w, x, rstd, mask, MASKED)
+    w = None
+    if HAS_WEIGHT:
+        w = load_tile(w_ptr + start + cols[None, :], mask, MASKED)
+    _scale_store(out_row + start + cols[None, :], w, x, rstd, mask, MASKED, HAS_WEIGHT)
 
 
 @triton.jit(do_not_specialize=["n_rows", "x_stride", "res_stride", "out_stride"])
@@ -80,10 +90,13 @@ def rms_norm_kernel(
     x_ptr, res_ptr, out_ptr, w_ptr,
     n_rows, x_stride, res_stride, out_stride, eps,
     N: tl.constexpr, BLOCK: tl.constexpr, ROWS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
 ):
+    """w_ptr is never read when not HAS_WEIGHT (the launcher passes x then)."""
     r = tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK)
-    if N <= BLOCK:  # every row of this program shares the weight: read it once
+    w = None
+    if N <= BLOCK and HAS_WEIGHT:  # every row of this program shares the weight: read it once
         w = load_tile(w_ptr + cols, cols < N, N < BLOCK)[None, :]
     for group in range(tl.program_id(0), tl.cdiv(n_rows, ROWS), tl.num_programs(0)):
         row0 = tl.cast(group * ROWS, tl.int64)
@@ -94,7 +107,7 @@ def rms_norm_kernel(
             mask = _mask(r, cols, n_rows - group * ROWS, N, ROWS > 1, N < BLOCK)
             x = load_rows(x_rows + cols[None, :], res_rows + cols[None, :], mask, ROWS > 1 or N < BLOCK, HAS_RESIDUAL)
             rstd = tl.rsqrt(tl.sum(x * x, 1) / N + eps)[:, None]
-            _scale_store(out_rows + cols[None, :], w, x, rstd, mask, ROWS > 1 or N < BLOCK)
+            _scale_store(out_rows + cols[None, :], w, x, rstd, mask, ROWS > 1 or N < BLOCK, HAS_WEIGHT)
         else:  # ROWS == 1 (max_rows_for); chunks are masked only when BLOCK does not divide N
             sq = tl.zeros([ROWS, BLOCK], dtype=tl.float32)
             for start in range(0, N, BLOCK):
@@ -103,7 +116,7 @@ def rms_norm_kernel(
             # Second pass re-reads the (updated) residual when there is one: it holds the sum.
             src_rows = res_rows if HAS_RESIDUAL else x_rows
             for start in range(0, N, BLOCK):
-                _chunk_scale(src_rows, out_rows, w_ptr, cols, start, r, rstd, N, N % BLOCK != 0)
+                _chunk_scale(src_rows, out_rows, w_ptr, cols, start, r, rstd, N, N % BLOCK != 0, HAS_WEIGHT)
 
 
 def block_for(hidden: int, has_residual: bool) -> int:
@@ -137,7 +150,8 @@ def row_views(x: torch.Tensor, out: torch.Tensor, residual: torch.Tensor | None)
     return x2, out2, (residual.view(-1, hidden) if residual is not None else x2)
 
 
-def _launch(x: torch.Tensor, residual: torch.Tensor | None, out: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
+def _launch(x: torch.Tensor, residual: torch.Tensor | None, out: torch.Tensor, weight: torch.Tensor | None,
+            eps: float) -> None:
     hidden = x.shape[-1]
     x2, out2, res2 = row_views(x, out, residual)
     n_rows = x2.shape[0]
@@ -146,15 +160,17 @@ def _launch(x: torch.Tensor, residual: torch.Tensor | None, out: torch.Tensor, w
     has_residual = residual is not None
     rows = rows_for(hidden, has_residual, n_rows, core_counts(x.device)["vector"])
     rms_norm_kernel[(grid_size(x.device, triton.cdiv(n_rows, rows)),)](
-        x2, res2, out2, weight,
+        x2, res2, out2, weight if weight is not None else x2,  # x2: never read without a weight
         n_rows, x2.stride(0), res2.stride(0), out2.stride(0), eps,
         N=hidden, BLOCK=block_for(hidden, has_residual), ROWS=rows, HAS_RESIDUAL=has_residual,
+        HAS_WEIGHT=weight is not None,
     )
 
 
-def rms_norm(out: torch.Tensor, input: torch.Tensor, weight: torch.Tensor, epsilon: float) -> None:
+def rms_norm(out: torch.Tensor, input: torch.Tensor, weight: torch.Tensor | None, epsilon: float) -> None:
     _launch(input, None, out, weight, epsilon)
 
 
-def fused_add_rms_norm(input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, epsilon: float) -> None:
+def fused_add_rms_norm(input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None,
+                       epsilon: float) -> None:
     _launch(input, residual, input, weight, epsilon)

@@ -4,9 +4,12 @@ import copy
 
 import pytest
 import torch
+from torch import fx
 
 from ascendtile.compilation import CompilationConfig, compile_model
+from ascendtile.compilation.passes.fusion import FUSIONS
 from ascendtile.compilation.passes.graph import ascend_op
+from ascendtile.compilation.passes.split_w8a8 import split_w8a8_linears
 from ascendtile.model import load_model, quantize_w8a8
 from compilation import tiny
 from model.helpers import PagedDriver
@@ -98,3 +101,44 @@ def test_level_3_pieces_hold_the_fused_ops(float_model):
     assert not [name for name in ops if name in PAIRS["static"]], ops
     for g, e in zip(got, eager):
         torch.testing.assert_close(g, e, rtol=0, atol=1e-5)
+
+
+NORM_FUSIONS = [f for f in FUSIONS if f.producer in ("rms_norm", "fused_add_rms_norm")]
+
+
+def _norm_graph(producer: str, with_weight: bool) -> tuple[fx.Graph, fx.Node]:
+    """producer(a, b, w or None, eps) writing a (rms_norm's out, fused_add_rms_norm's input): the
+    graph and a."""
+    graph = fx.Graph()
+    a, b = graph.placeholder("a"), graph.placeholder("b")
+    weight = graph.placeholder("w") if with_weight else None
+    graph.call_function(getattr(torch.ops.ascend, producer).default, (a, b, weight, 1e-5))
+    return graph, a
+
+
+@pytest.mark.parametrize("fusion", NORM_FUSIONS, ids=lambda f: f.name)
+@pytest.mark.parametrize("with_weight", [True, False])
+def test_norm_without_weight_stays_unfused(fusion, with_weight):
+    """The fused norm + quant ops take a weight tensor: a norm called with weight=None keeps its
+    quant (fusing it would pass None where the fused op needs a tensor)."""
+    graph, written = _norm_graph(fusion.producer, with_weight)
+    q, scale = graph.placeholder("q"), graph.placeholder("scale")
+    graph.call_function(getattr(torch.ops.ascend, fusion.quant).default, (q, written, scale, None))
+    assert fusion.apply(graph) == int(with_weight)
+    ops = [ascend_op(n) for n in graph.nodes if ascend_op(n)]
+    if with_weight:  # the one fused op, e.g. rms_norm_dynamic_per_token_quant
+        assert len(ops) == 1 and ops[0].startswith(("rms_norm_", "fused_add_rms_norm_")) and ops[0].endswith("quant")
+    else:
+        assert ops == [fusion.producer, fusion.quant]
+
+
+@pytest.mark.parametrize("with_weight", [True, False])
+def test_w8a8_after_norm_without_weight_stays_whole(with_weight):
+    """split_w8a8 splits a linear only for a fusion that can then take the quant."""
+    graph, written = _norm_graph("rms_norm", with_weight)
+    written.meta["example_value"] = torch.empty(4, 8)
+    linear = graph.call_function(torch.ops.ascend.w8a8_linear.default,
+                                 (written, graph.placeholder("wq"), graph.placeholder("ws"), None, None))
+    linear.meta["example_value"] = torch.empty(4, 16)
+    graph.output(linear)
+    assert split_w8a8_linears(graph, FUSIONS) == int(with_weight)

@@ -54,6 +54,18 @@ def test_fused_add_rms_norm_token_counts(tokens):
     run_both(torch.ops.ascend.fused_add_rms_norm, [x, residual, torch.randn(576, dtype=torch.bfloat16), 1e-5], mutated=[0, 1])
 
 
+# weight=None: 11 rows of 769 run as 2-row tiles with a partial last group; 3072 with a residual
+# runs unmasked chunks, 5125 masked ones.
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("hidden", [769, 3072, 5125])
+def test_no_weight(dtype, hidden):
+    x = _rows(11, hidden, dtype, strided=True)
+    out = torch.full((11, hidden), float("nan"), dtype=dtype)
+    run_both(torch.ops.ascend.rms_norm, [out, x, None, 1e-5], mutated=[0])
+    residual = torch.randn(11, hidden, dtype=dtype)
+    run_both(torch.ops.ascend.fused_add_rms_norm, [x, residual, None, 1e-6], mutated=[0, 1])
+
+
 @pytest.mark.parametrize("hidden,has_residual,n_rows,cores,expect", [
     (576, False, 2048, 40, 4),  # a 4 x 1024 tile: the 4096-element budget
     (576, True, 2048, 40, 2),

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import ascendtile.ops as ak
-from opchecks import compiles, op_contract_tests, raises_naming
+from opchecks import compiles, kernel_path, op_contract_tests, raises_naming
 from tolerances import assert_close
 
 OPS = torch.ops.ascend
@@ -13,7 +13,8 @@ OPS = torch.ops.ascend
 
 def _rms64(x, w, eps):
     x64 = x.double()
-    return (x64 / torch.sqrt(x64.pow(2).mean(-1, keepdim=True) + eps)) * w.double()
+    normed = x64 / torch.sqrt(x64.pow(2).mean(-1, keepdim=True) + eps)
+    return normed if w is None else normed * w.double()
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
@@ -44,16 +45,48 @@ def test_reference_is_bitwise_hf_llama_rms_norm(dtype):
     assert torch.equal(new_res, summed) and torch.equal(new_x, hf(summed))
 
 
+@pytest.mark.parametrize("path", ["reference", "triton"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("hidden", [769, 4099])  # one pass with padded columns; chunked rows with a masked tail
+def test_no_weight_matches_fp64_formula(path, dtype, hidden):
+    """weight=None (vLLM 0.32): x * rsqrt(mean(x^2) + eps) computed in fp32 and rounded once, so
+    within one ulp of the fp64 value (tighter than the 3-ulp table, which allows for the weighted
+    form's second rounding; one ulp, not half: the 3.2 interpreter truncates fp32 -> bf16);
+    strided rows, on both kernel paths."""
+    x = torch.randn(9, hidden + 5, dtype=dtype)[:, :hidden]
+    res = torch.randn(9, hidden, dtype=dtype)
+    tol = {"rtol": max(torch.finfo(dtype).eps, 1e-6), "atol": torch.finfo(dtype).smallest_normal}
+    with kernel_path(path):
+        out = torch.full((9, hidden), float("nan"), dtype=dtype)
+        OPS.rms_norm(out, x, None, 1e-5)
+        new_x, new_res = ak.fused_add_rms_norm(x.contiguous(), res.clone(), None, 1e-5)
+    torch.testing.assert_close(out.double(), _rms64(x, None, 1e-5), **tol)
+    torch.testing.assert_close(new_res.double(), x.double() + res.double(), **tol)
+    torch.testing.assert_close(new_x.double(), _rms64(new_res, None, 1e-5), **tol)  # the norm of the stored sum
+
+
+def test_no_weight_wrapper_is_the_unweighted_hf_norm():
+    """bf16, no weight: HF's fp32 normalisation rounded once (no weight multiply after it)."""
+    x = torch.randn(5, 576, dtype=torch.bfloat16)
+    xf = x.float()
+    expected = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(torch.bfloat16)
+    assert torch.equal(ak.rms_norm(x, None), expected)
+    assert torch.equal(ak.rms_norm(x, None, validate=False), expected)
+
+
 test_opcheck, test_compile = op_contract_tests({
     "rms_norm": lambda: [torch.empty(7, 576), torch.randn(7, 576), torch.randn(576), 1e-5],
+    "rms_norm:no_weight": lambda: [torch.empty(7, 576), torch.randn(7, 576), None, 1e-5],
     "fused_add_rms_norm": lambda: [torch.randn(7, 576), torch.randn(7, 576), torch.randn(576), 1e-5],
+    "fused_add_rms_norm:no_weight": lambda: [torch.randn(7, 576), torch.randn(7, 576), None, 1e-5],
 })
 
 
 def test_wrappers_compile():
     def block(x, residual, w_norm):
         ak.fused_add_rms_norm(x, residual, w_norm, 1e-5)
-        return ak.rms_norm(x * 2, w_norm, 1e-5) + residual
+        ak.fused_add_rms_norm(x, residual, None, 1e-5)
+        return ak.rms_norm(x * 2, w_norm, 1e-5) + ak.rms_norm(x, None, 1e-5) + residual
 
     compiles(block, torch.randn(5, 64), torch.randn(5, 64), torch.randn(64))
 
@@ -72,6 +105,15 @@ def test_bad_inputs():
     raises_naming(ValueError, "weight", OPS.rms_norm, out, x, w.to("meta"), 1e-5)
     raises_naming(ValueError, "residual", OPS.fused_add_rms_norm, x, torch.randn(4, 65), w, 1e-5)
     raises_naming(TypeError, "residual", OPS.fused_add_rms_norm, x, torch.randn(4, 64).half(), w, 1e-5)
+    # weight is optional, but a given weight is still checked (shape: ValueError, dtype: TypeError)
+    raises_naming(ValueError, "weight", OPS.fused_add_rms_norm, x, torch.randn(4, 64), torch.randn(63), 1e-5)
+    raises_naming(ValueError, "weight", OPS.fused_add_rms_norm, x, torch.randn(4, 64), torch.randn(1, 64), 1e-5)
+    raises_naming(TypeError, "weight", OPS.rms_norm, out, x, w.half(), 1e-5)
+    raises_naming(TypeError, "weight", OPS.fused_add_rms_norm, x, torch.randn(4, 64), w.half(), 1e-5)
+    # and without one the other arguments still are
+    raises_naming(ValueError, "out", OPS.rms_norm, torch.empty(4, 32), x, None, 1e-5)
+    raises_naming(ValueError, "residual", OPS.fused_add_rms_norm, x, torch.randn(4, 65), None, 1e-5)
+    raises_naming(ValueError, "epsilon", OPS.rms_norm, out, x, None, 0.0)
 
 
 def test_bad_input_raises_before_any_kernel_runs(triton_path):

@@ -2,8 +2,8 @@
 
 The model's Linear calls one op, w8a8_linear, which quantizes its input inside; the fused
 norm/activation + quant ops need that quant as a node of its own. So, as vLLM's compiled W8A8
-linear does, a w8a8_linear whose 2-D input was last written by a fusion's producer (rms_norm,
-fused_add_rms_norm, silu_and_mul with a static scale) becomes
+linear does, a w8a8_linear whose 2-D input was last written by a producer a fusion can take
+(rms_norm, fused_add_rms_norm with a weight; silu_and_mul with a static scale) becomes
     q = empty_like(x, int8); [s = empty((T, 1), fp32)]
     dynamic_scaled_int8_quant(q, x, s, None)   or   static_scaled_int8_quant(q, x, input_scale, None)
     y = empty((T, N), x.dtype); scaled_mm(y, q, weight.t(), s or input_scale, weight_scale, bias)
@@ -31,8 +31,7 @@ def split_w8a8_linears(graph: fx.Graph, fusions: tuple[PairFusion, ...]) -> int:
             continue
         writer = last_writer(x, linear)
         quant = DYNAMIC if input_scale is None else STATIC
-        if writer is None or not any(f.producer == ascend_op(writer) and f.quant == quant
-                                     and writer.args[f.link] is x for f in fusions):
+        if not any(f.quant == quant and f.fits(writer, x) for f in fusions):
             continue
         _replace(graph, linear, value, quant)
         count += 1

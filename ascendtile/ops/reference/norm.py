@@ -15,26 +15,32 @@ def _rstd(xf: torch.Tensor, epsilon: float) -> torch.Tensor:
     return torch.mul(xf, xf).sum(-1, keepdim=True).div_(count).add_(eps).rsqrt_()
 
 
-def _normalize(x: torch.Tensor, weight: torch.Tensor, epsilon: float) -> torch.Tensor:
+def _normalize(x: torch.Tensor, weight: torch.Tensor | None, epsilon: float) -> torch.Tensor:
     xf = x.float()
+    normed = xf * _rstd(xf, epsilon)
+    if weight is None:  # vLLM's weight=None: the fp32 value, rounded once by the caller's copy
+        return normed
     # fp32 normalisation, rounded to the model dtype before the weight is applied (HF semantics).
-    return (xf * _rstd(xf, epsilon)).to(weight.dtype) * weight
+    return normed.to(weight.dtype) * weight
 
 
-def _normalize_fp32_into(out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, epsilon: float) -> None:
+def _normalize_fp32_into(out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, epsilon: float) -> None:
     """_normalize for fp32 (every cast is a no-op), the same ops in the same order, written into out
     without temporaries."""
-    torch.mul(x, _rstd(x, epsilon), out=out).mul_(weight)
+    torch.mul(x, _rstd(x, epsilon), out=out)
+    if weight is not None:
+        out.mul_(weight)
 
 
-def rms_norm(out: torch.Tensor, input: torch.Tensor, weight: torch.Tensor, epsilon: float) -> None:
+def rms_norm(out: torch.Tensor, input: torch.Tensor, weight: torch.Tensor | None, epsilon: float) -> None:
     if input.dtype == torch.float32:
         _normalize_fp32_into(out, input, weight, epsilon)
     else:
         out.copy_(_normalize(input, weight, epsilon))
 
 
-def fused_add_rms_norm(input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, epsilon: float) -> None:
+def fused_add_rms_norm(input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None,
+                       epsilon: float) -> None:
     if input.dtype == torch.float32:
         torch.add(input, residual, out=residual)
         _normalize_fp32_into(input, residual, weight, epsilon)
