@@ -18,8 +18,8 @@ from vllm_venv import vllm_venv
 PROMPTS = [*PARITY, "The three primary colors are"]
 MAX_TOKENS = 16
 SCRIPT = Path(__file__).with_name("vllm_generate.py")
-# Ops every Llama-style decoder layer runs through the plugin.
-DECODER_OPS = {"rms_norm", "fused_add_rms_norm", "rotary_embedding"}
+# Ops every Llama-style decoder layer runs through the plugin (norms, rope, the KV write and attention).
+DECODER_OPS = {"rms_norm", "fused_add_rms_norm", "rotary_embedding", "reshape_and_cache_flash", "unified_attention"}
 
 
 def _vllm_generate(model_dir: Path, out: Path, with_plugin: bool) -> dict:
