@@ -6,7 +6,9 @@ once, then shared by every query and key head. A position outside [0, cache rows
 token unrotated (a scalar compare skips it, so a bad position never reads outside the cache).
 Heads are processed HEAD_BLOCK at a time as a [heads, rot_dim / 2] tile pair (x1, x2): the two
 halves of the rotated part (neox), or the even and odd lanes of its contiguous [heads, rot_dim]
-tile, split on chip (GPT-J). Dims past rot_dim are never touched.
+tile, split on chip (GPT-J). The rotated span starts ROPE_OFFSET dims into each head (a constexpr:
+the offset-0 kernel is the same as without one); dims outside it are never touched. INVERSE
+negates sin once per token (rotation by -theta).
 """
 from __future__ import annotations
 
@@ -55,6 +57,7 @@ def rotary_embedding_kernel(
     n_tokens, seq_len, max_pos, pos_batch_stride, q_batch_stride, q_tok_stride, q_head_stride,
     k_batch_stride, k_tok_stride, k_head_stride,
     NQ: tl.constexpr, NK: tl.constexpr, HALF: tl.constexpr, IS_NEOX: tl.constexpr, HAS_KEY: tl.constexpr,
+    ROPE_OFFSET: tl.constexpr, INVERSE: tl.constexpr,
     Q_HEAD_BLOCK: tl.constexpr, K_HEAD_BLOCK: tl.constexpr, HALF_BLOCK: tl.constexpr,
 ):
     # Token t is (batch b, seq s) = divmod(t, seq_len): positions [B, S] and query/key [B, S, ...]
@@ -69,11 +72,13 @@ def rotary_embedding_kernel(
             cache_row = cache_ptr + pos * (2 * HALF)
             cos = tl.load(cache_row + d, mask=d < HALF, other=0.0).to(tl.float32)
             sin = tl.load(cache_row + HALF + d, mask=d < HALF, other=0.0).to(tl.float32)
-            _rotate_heads(q_ptr + b * q_batch_stride + s * q_tok_stride, q_head_stride, cos, sin, NQ, HALF, IS_NEOX,
-                          Q_HEAD_BLOCK, HALF_BLOCK)
+            if INVERSE:
+                sin = -sin
+            _rotate_heads(q_ptr + b * q_batch_stride + s * q_tok_stride + ROPE_OFFSET, q_head_stride, cos, sin, NQ,
+                          HALF, IS_NEOX, Q_HEAD_BLOCK, HALF_BLOCK)
             if HAS_KEY:
-                _rotate_heads(k_ptr + b * k_batch_stride + s * k_tok_stride, k_head_stride, cos, sin, NK, HALF,
-                              IS_NEOX, K_HEAD_BLOCK, HALF_BLOCK)
+                _rotate_heads(k_ptr + b * k_batch_stride + s * k_tok_stride + ROPE_OFFSET, k_head_stride, cos, sin, NK,
+                              HALF, IS_NEOX, K_HEAD_BLOCK, HALF_BLOCK)
 
 
 def blocks_for(heads: int, half: int, is_neox: bool) -> tuple[int, int]:
@@ -92,7 +97,8 @@ def _head_layout(x: torch.Tensor, head_size: int, token_dims: int) -> tuple[int,
 
 
 def rotary_embedding(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | None, head_size: int,
-                     cos_sin_cache: torch.Tensor, is_neox: bool) -> None:
+                     cos_sin_cache: torch.Tensor, is_neox: bool, rope_dim_offset: int = 0,
+                     inverse: bool = False) -> None:
     tokens = positions.numel()
     if tokens == 0:
         return
@@ -107,6 +113,6 @@ def rotary_embedding(positions: torch.Tensor, query: torch.Tensor, key: torch.Te
     rotary_embedding_kernel[(grid_size(query.device, tokens),)](
         positions, query, key if key is not None else query, cos_sin_cache,
         tokens, seq_len, cos_sin_cache.shape[0], pos_batch, q_batch, q_tok, q_head, k_batch, k_tok, k_head,
-        NQ=nq, NK=nk, HALF=half, IS_NEOX=is_neox, HAS_KEY=key is not None,
-        Q_HEAD_BLOCK=q_block, K_HEAD_BLOCK=k_block, HALF_BLOCK=half_block,
+        NQ=nq, NK=nk, HALF=half, IS_NEOX=is_neox, HAS_KEY=key is not None, ROPE_OFFSET=rope_dim_offset,
+        INVERSE=inverse, Q_HEAD_BLOCK=q_block, K_HEAD_BLOCK=k_block, HALF_BLOCK=half_block,
     )

@@ -35,6 +35,22 @@ def test_rope_gqa(dtype, is_neox, head_size, rot_dim):
 
 
 @pytest.mark.parametrize("is_neox", [True, False])
+@pytest.mark.parametrize("inverse", [False, True])
+@pytest.mark.parametrize("head_size,rot_dim,offset", [(96, 32, 40), (192, 64, 128), (80, 80, 0)])
+def test_rope_offset_inverse(is_neox, inverse, head_size, rot_dim, offset):
+    # The span [offset, offset + rot_dim): pass-through dims on both sides (96/32/40), the last
+    # rot_dim (DeepSeek-V4's 192/64/128), or the whole head inverted; bf16 heads, key [T, H*D].
+    q = torch.randn(7, 5, head_size, dtype=torch.bfloat16)
+    k = torch.randn(7, 2 * head_size, dtype=torch.bfloat16)
+    run_both(OP, [_positions(7), q, k, head_size, _cache(rot_dim), is_neox, offset, inverse], mutated=[1, 2])
+
+
+@pytest.mark.parametrize("is_neox", [True, False])
+def test_rope_offset_inverse_2d_positions_key_none(is_neox):
+    q = torch.randn(2, 3, 4 * 96, dtype=torch.float16)  # [B, S, H*D]
+    run_both(OP, [_positions(6).view(2, 3), q, None, 96, _cache(32), is_neox, 40, True], mutated=[1])
+
+@pytest.mark.parametrize("is_neox", [True, False])
 def test_rope_key_none_int32_positions(is_neox):
     q = torch.randn(83, 3, 128, dtype=torch.bfloat16)
     run_both(OP, [_positions(83, torch.int32), q, None, 128, _cache(128), is_neox], mutated=[1])

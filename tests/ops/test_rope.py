@@ -1,5 +1,6 @@
 """rotary_embedding, the op contract: reference vs an independent complex-number formula and HF's
-rotate_half, vLLM's 2-D positions form ([B, S]) vs the flattened tokens, opcheck and torch.compile
+rotate_half, vLLM's 2-D positions form ([B, S]) vs the flattened tokens, the rotated span at
+rope_dim_offset and inverse rotation (vs the formula, and a round trip), opcheck and torch.compile
 on both kernel paths, the functional wrapper and bad inputs.
 (Triton kernel vs reference numerics: tests/kernels/test_rope.py.)"""
 import pytest
@@ -19,17 +20,19 @@ def _cache(max_pos: int, rot_dim: int, base: float = 10000.0) -> torch.Tensor:
     return torch.cat((theta.cos(), theta.sin()), -1).float()
 
 
-def _complex_rope(x, positions, cache, head_size, is_neox):
-    """Rotation as complex multiplication in fp64: z · e^{iθ} on (x1, x2) pairs."""
+def _complex_rope(x, positions, cache, head_size, is_neox, offset=0, inverse=False):
+    """Rotation as complex multiplication in fp64: z · e^{iθ} (inverse: z · conj(e^{iθ})) on the
+    (x1, x2) pairs of dims [offset, offset + rot_dim) of each head."""
     heads = x.double().reshape(x.shape[0], -1, head_size).clone()
     half = cache.shape[1] // 2
-    rot = heads[..., : 2 * half]
+    rot = heads[..., offset : offset + 2 * half]
     if is_neox:
         z = torch.complex(rot[..., :half], rot[..., half:])
     else:
         z = torch.complex(rot[..., 0::2], rot[..., 1::2])
     c = cache.double()[positions.long()]
-    z = z * torch.complex(c[:, None, :half], c[:, None, half:])
+    e = torch.complex(c[:, None, :half], c[:, None, half:])
+    z = z * (e.conj() if inverse else e)
     if is_neox:
         rot[..., :half], rot[..., half:] = z.real, z.imag
     else:
@@ -137,6 +140,49 @@ def test_2d_out_of_range_position_leaves_its_token(path, monkeypatch):
         OPS.rotary_embedding(positions, q, k, 64, cache, True)
 
 
+@pytest.mark.parametrize("path", ["reference", "triton"])
+@pytest.mark.parametrize("is_neox", [True, False])
+@pytest.mark.parametrize("inverse", [False, True])
+def test_offset_and_inverse_match_complex_formula(path, is_neox, inverse, monkeypatch):
+    # Heads of 96 rotating 32 dims at offset 40: 40 pass-through dims before the span, 24 after;
+    # and 80 rotating the last 48 (offset 32, DeepSeek-V4's form). 1-D positions with key [T, H*D],
+    # 2-D positions with key None.
+    monkeypatch.setenv("ASCENDTILE_KERNELS", path)
+    for head_size, rot_dim, offset in ((96, 32, 40), (80, 48, 32)):
+        cache = _cache(16, rot_dim)
+        positions = torch.randint(1, 16, (6,))
+        q, k = torch.randn(6, 3, head_size), torch.randn(6, 2 * head_size)
+        q0, k0 = q.clone(), k.clone()
+        ak.rotary_embedding(positions, q, k, head_size, cache, is_neox, offset, inverse)
+        for got, old in ((q, q0), (k, k0)):
+            expect = _complex_rope(old, positions, cache, head_size, is_neox, offset, inverse).float()
+            assert_close(got, expect, atol=2e-5)
+            heads, old_heads = got.view(6, -1, head_size), old.view(6, -1, head_size)
+            assert torch.equal(heads[..., :offset], old_heads[..., :offset])
+            assert torch.equal(heads[..., offset + rot_dim :], old_heads[..., offset + rot_dim :])
+        q2d = torch.randn(2, 3, 2 * head_size)  # [B, S, H*D]
+        before = q2d.clone()
+        ak.rotary_embedding(positions.view(2, 3), q2d, None, head_size, cache, is_neox, rope_dim_offset=offset,
+                            inverse=inverse)
+        expect = _complex_rope(before.view(6, -1), positions, cache, head_size, is_neox, offset, inverse)
+        assert_close(q2d, expect.float().view(q2d.shape), atol=2e-5)
+
+
+@pytest.mark.parametrize("path", ["reference", "triton"])
+@pytest.mark.parametrize("is_neox", [True, False])
+def test_inverse_undoes_rotation(path, is_neox, monkeypatch):
+    monkeypatch.setenv("ASCENDTILE_KERNELS", path)
+    cache = _cache(4096, 64)
+    positions = torch.randint(0, 4096, (2, 4))
+    q, k = torch.randn(2, 4, 3, 128), torch.randn(2, 4, 1, 128)
+    q0, k0 = q.clone(), k.clone()
+    ak.rotary_embedding(positions, q, k, 128, cache, is_neox, 64)
+    assert not torch.allclose(q, q0)
+    ak.rotary_embedding(positions, q, k, 128, cache, is_neox, 64, True)
+    assert_close(q, q0, atol=1e-5)
+    assert_close(k, k0, atol=1e-5)
+
+
 def _args(key=True):
     positions = torch.tensor([3, 0, 9, 1, 7])
     q, k = torch.randn(5, 4 * 64), torch.randn(5, 2, 64)
@@ -150,10 +196,16 @@ def _args_2d(key=True):
     return [positions.view(1, 5), q, k, head_size, cache, False]
 
 
+def _args_offset_inverse():
+    positions, q, k, _, cache, _ = _args()
+    return [positions, q, k, 64, cache, False, 24, True]  # dims [24, 56) of each head rotated back
+
+
 test_opcheck, test_compile = op_contract_tests({"rotary_embedding": _args,
                                                 "rotary_embedding:no_key": lambda: _args(key=False),
                                                 "rotary_embedding:2d": _args_2d,
-                                                "rotary_embedding:2d_no_key": lambda: _args_2d(key=False)})
+                                                "rotary_embedding:2d_no_key": lambda: _args_2d(key=False),
+                                                "rotary_embedding:offset_inverse": _args_offset_inverse})
 
 
 def test_wrapper_compiles():
@@ -181,6 +233,9 @@ def test_bad_inputs():
     raises_naming(ValueError, "cos_sin_cache", op, positions, q, k, 64, torch.randn(16, 33), True)
     raises_naming(TypeError, "cos_sin_cache", op, positions, q, k, 64, cache.to(torch.int64), True)
     raises_naming(ValueError, "head_size", op, positions, q, k, 0, cache, True)
+    raises_naming(ValueError, "rope_dim_offset", op, positions, q, k, 64, cache, True, -1)
+    raises_naming(ValueError, "rope_dim_offset", op, positions, q, k, 64, cache, True, 33)  # 33 + 32 > 64
+    raises_naming(ValueError, "rope_dim_offset", ak.rotary_embedding, positions, q, k, 64, cache, True, 64, True)
     raises_naming(ValueError, "positions", op, positions.view(5, 1, 1), q, k, 64, cache, True)
     raises_naming(ValueError, "positions", op, positions.to("meta"), q, k, 64, cache, True)
     raises_naming(ValueError, "key", op, positions, q, k.to("meta"), 64, cache, True)

@@ -1,4 +1,5 @@
-"""rotary_embedding: GQA layouts of real models, neox and GPT-J, full and partial rotation."""
+"""rotary_embedding: GQA layouts of real models, neox and GPT-J, full and partial rotation, and the
+rotated span at an offset with inverse rotation (DeepSeek-V4's rope: the last 64 dims, GPT-J)."""
 from __future__ import annotations
 
 from ascendtile.kernels.rope import blocks_for, rotary_embedding_kernel
@@ -16,18 +17,33 @@ MODELS = (
 )
 
 
+# (name, query heads, key heads, head_size, rot_dim, rope_dim_offset, inverse): vLLM's DeepSeek-V4
+# scaling rope rotates the last 64 of 512 dims (offset 448), forward and inverse (its o path).
+OFFSET_MODELS = (("deepseek_v4_inverse", 64, 1, 512, 64, 448, True),)
+
+
+def _case(dtype: str, name: str, nq: int, nk: int, head_size: int, rot_dim: int, is_neox: bool, offset: int,
+          inverse: bool) -> LoweringCase:
+    q_block, half_block = blocks_for(nq, rot_dim // 2, is_neox)
+    span = f",offset={offset}" if offset else ""
+    return LoweringCase(
+        name=(f"rotary_embedding[{name},d={head_size},rot={rot_dim}{span},{'neox' if is_neox else 'gptj'}"
+              f"{',inverse' if inverse else ''},{dtype}]"),
+        kernel=rotary_embedding_kernel,
+        arg_types=signature_types(rotary_embedding_kernel, dtype, pos_ptr="*i64", cache_ptr="*fp32"),
+        constexprs={"NQ": nq, "NK": nk, "HALF": rot_dim // 2, "IS_NEOX": is_neox, "HAS_KEY": True,
+                    "ROPE_OFFSET": offset, "INVERSE": inverse,
+                    "Q_HEAD_BLOCK": q_block, "K_HEAD_BLOCK": blocks_for(nk, rot_dim // 2, is_neox)[0],
+                    "HALF_BLOCK": half_block},
+    )
+
+
 def cases() -> list[LoweringCase]:
     cases = []
     for dtype in DTYPES:
         for name, nq, nk, head_size, rot_dim in MODELS:
             for is_neox in (True, False):
-                q_block, half_block = blocks_for(nq, rot_dim // 2, is_neox)
-                cases.append(LoweringCase(
-                    name=f"rotary_embedding[{name},d={head_size},rot={rot_dim},{'neox' if is_neox else 'gptj'},{dtype}]",
-                    kernel=rotary_embedding_kernel,
-                    arg_types=signature_types(rotary_embedding_kernel, dtype, pos_ptr="*i64", cache_ptr="*fp32"),
-                    constexprs={"NQ": nq, "NK": nk, "HALF": rot_dim // 2, "IS_NEOX": is_neox, "HAS_KEY": True,
-                                "Q_HEAD_BLOCK": q_block, "K_HEAD_BLOCK": blocks_for(nk, rot_dim // 2, is_neox)[0],
-                                "HALF_BLOCK": half_block},
-                ))
+                cases.append(_case(dtype, name, nq, nk, head_size, rot_dim, is_neox, 0, False))
+        for name, nq, nk, head_size, rot_dim, offset, inverse in OFFSET_MODELS:
+            cases.append(_case(dtype, name, nq, nk, head_size, rot_dim, False, offset, inverse))
     return cases

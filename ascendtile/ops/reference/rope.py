@@ -1,14 +1,16 @@
 """Reference: rotary_embedding (vLLM semantics), fp32 math rounded once to the tensor dtype. A
 token whose position is outside [0, cos_sin_cache rows) is left unrotated, as in the kernel.
-positions [T] or [B, S]; query/key lead with the same token dims."""
+positions [T] or [B, S]; query/key lead with the same token dims. Each head rotates its dims
+[rope_dim_offset, rope_dim_offset + rot_dim); inverse negates sin (rotation by -theta)."""
 from __future__ import annotations
 
 import torch
 
 
-def _rotate(heads: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, is_neox: bool) -> None:
-    """Rotate heads [*tokens, H, D] in place by cos/sin [*tokens, 1, rot_dim / 2]."""
-    rot = heads[..., : 2 * cos.shape[-1]]
+def _rotate(heads: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, is_neox: bool, offset: int) -> None:
+    """Rotate dims [offset, offset + rot_dim) of heads [*tokens, H, D] in place by cos/sin
+    [*tokens, 1, rot_dim / 2]."""
+    rot = heads[..., offset : offset + 2 * cos.shape[-1]]
     xf = rot.float()
     if is_neox:  # rotate halves: (x[:r/2], x[r/2:r])
         x1, x2 = xf.chunk(2, dim=-1)
@@ -20,18 +22,19 @@ def _rotate(heads: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, is_neox: 
 
 
 def _rotate_tokens(heads: torch.Tensor, valid: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor,
-                   is_neox: bool) -> None:
+                   is_neox: bool, offset: int) -> None:
     """Rotate the tokens of heads [*tokens, H, D] where `valid` (None: every token) in place."""
     if valid is None:
-        _rotate(heads, cos, sin, is_neox)
+        _rotate(heads, cos, sin, is_neox, offset)
         return
     rows = heads[valid]  # [valid tokens, H, D], a copy
-    _rotate(rows, cos, sin, is_neox)
+    _rotate(rows, cos, sin, is_neox, offset)
     heads[valid] = rows
 
 
 def rotary_embedding(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | None, head_size: int,
-                     cos_sin_cache: torch.Tensor, is_neox: bool) -> None:
+                     cos_sin_cache: torch.Tensor, is_neox: bool, rope_dim_offset: int = 0,
+                     inverse: bool = False) -> None:
     token_dims = positions.dim()
     valid = None  # every token; else a mask of the tokens at valid positions, the only ones rotated
     rows = cos_sin_cache.shape[0]
@@ -39,7 +42,9 @@ def rotary_embedding(positions: torch.Tensor, query: torch.Tensor, key: torch.Te
         valid = (positions >= 0) & (positions < rows)
         positions = positions[valid]
     cos, sin = cos_sin_cache[positions].float().unsqueeze(-2).chunk(2, dim=-1)  # [*tokens, 1, rot_dim / 2]
+    if inverse:
+        sin = -sin
     for x in (query, key):
         if x is not None:  # [*tokens, H*D] is viewed as [*tokens, H, D] (its last dim is contiguous)
             heads = x.unflatten(-1, (-1, head_size)) if x.dim() == token_dims + 1 else x
-            _rotate_tokens(heads, valid, cos, sin, is_neox)
+            _rotate_tokens(heads, valid, cos, sin, is_neox, rope_dim_offset)
