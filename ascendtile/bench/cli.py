@@ -30,18 +30,24 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     kernels.add_argument("--min-time", type=float, default=0.2, help="seconds of timed calls per case")
     kernels.set_defaults(func=_route("kernels"))
 
-    e2e = which.add_parser("e2e", help="offline generation throughput, TTFT/TPOT; --compare hf / llama.cpp")
+    e2e = which.add_parser("e2e", help="offline generation throughput, TTFT/TPOT; --compare hf / llama.cpp / vllm")
     e2e.add_argument("--model", default="default", help="model name or path, as LLM(model=...) takes it")
     e2e.add_argument("--num-prompts", type=int, default=8)
     e2e.add_argument("--input-len", type=int, default=128)
     e2e.add_argument("--output-len", type=int, default=64)
     e2e.add_argument("--dtype", choices=("fp16", "bf16", "fp32"), help="default: fp32 on CPU, bf16 on NPU/CUDA")
-    e2e.add_argument("--compare", action="append", choices=("hf", "llama.cpp", "llama.cpp-f32"), default=[],
+    e2e.add_argument("--compare", action="append", default=[],
+                     choices=("hf", "llama.cpp", "llama.cpp-f32", "vllm", "vllm+ascendtile"),
                      help="also run this peer on the same model, prompts and dtype (repeatable); "
-                          "llama.cpp-f32: llama.cpp on an F32 copy of the GGUF (the same weights as ours in fp32)")
+                          "llama.cpp-f32: llama.cpp on an F32 copy of the GGUF (the same weights as ours in fp32); "
+                          "vllm: vLLM's CPU build without plugins, vllm+ascendtile: with our plugin (both on an HF "
+                          "directory of the hf peer's weights, run by --vllm-python)")
+    e2e.add_argument("--vllm-python", type=Path,
+                     help="the Python of vLLM's venv (default: $ASCENDTILE_VLLM_PYTHON, else .venv-vllm/bin/python "
+                          "here, which `make install-vllm` builds)")
     e2e.add_argument("--temperature", type=float, default=0.0,
-                     help="0 (default): greedy; > 0: ours and HF sample, and ours also runs greedy beside")
-    e2e.add_argument("--top-p", type=float, default=1.0, help="with --temperature: nucleus for ours and HF")
+                     help="0 (default): greedy; > 0: ours, HF and vLLM sample, and ours also runs greedy beside")
+    e2e.add_argument("--top-p", type=float, default=1.0, help="with --temperature: nucleus for ours, HF and vLLM")
     e2e.add_argument("--compilation-level", type=int, choices=(0, 1, 2, 3), default=0,
                      help="ours: 0 eager, 1 torch.compile as is, 2 Dynamo once, 3 piecewise (2 and 3 compile in "
                      "the warm-up run; compiles and seconds go to the table and JSON)")
@@ -62,4 +68,5 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     for parser in (kernels, e2e, host):
         parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run for CI, numbers meaningless")
         parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="directory for the JSON (and PNG) results")
-        parser.add_argument("--threads", type=int, help="torch CPU threads (and llama.cpp's); default: torch's choice")
+        parser.add_argument("--threads", type=int,
+                            help="torch CPU threads (and llama.cpp's, vLLM's); default: torch's choice")

@@ -1,9 +1,10 @@
 """`ascendtile bench e2e`: offline generation throughput of `LLM.generate` (output and total
-tokens/s, TTFT and TPOT percentiles) on synthetic token prompts, optionally beside HF transformers
-and llama.cpp on the same model file, prompts and dtype, with the ratios. Also the compute roof:
-the measured GEMM throughput over 2·params FLOPs per token, and ours as a fraction of it.
+tokens/s, TTFT and TPOT percentiles) on synthetic token prompts, optionally beside HF transformers,
+llama.cpp and vLLM (without or with our plugin) on the same model file, prompts and dtype, with
+the ratios. Also the compute roof: the measured GEMM throughput over 2·params FLOPs per token, and
+ours as a fraction of it.
 
-Decoding is greedy unless a temperature is given; then ours and HF sample with the same
+Decoding is greedy unless a temperature is given; then ours, HF and vLLM sample with the same
 temperature and top-p, and ours also runs greedy in the same process (row "ascendtile greedy"),
 so sampled over greedy is read off one run.
 
@@ -28,9 +29,10 @@ import torch
 
 from ascendtile import platform
 from ascendtile.bench.f32_gguf import write_f32_gguf
+from ascendtile.bench.hf_dir import write_hf_dir
 from ascendtile.bench.peaks import current_peak
 from ascendtile.bench.kernels import DTYPES, default_dtype
-from ascendtile.bench.peers import RunResult, llamacpp_available, run_hf, run_llamacpp
+from ascendtile.bench.peers import RunResult, llamacpp_available, run_hf, run_llamacpp, run_vllm, vllm_python
 from ascendtile.bench.report import format_table, write_json
 from ascendtile.compilation import CompiledModel
 from ascendtile.model import model_path
@@ -39,6 +41,8 @@ QUICK = {"num_prompts": 2, "input_len": 8, "output_len": 4}
 # Token ids below this are the special/control tokens of the GGUF vocabularies we ship; prompts
 # avoid them so no engine stops or switches templates on them.
 FIRST_PLAIN_TOKEN = 100
+# vLLM peers: the row name -> whether vLLM loads our plugin
+VLLM_PEERS = {"vllm": False, "vllm+ascendtile": True}
 
 
 def synthetic_prompts(num_prompts: int, input_len: int, vocab_size: int, seed: int = 0) -> list[list[int]]:
@@ -116,6 +120,19 @@ def _run_llamacpp_peer(peer: str, path: Path, prompts: list[list[int]], output_l
     return run_llamacpp(f32, prompts, output_len, engine=peer, weights="F32 GGUF dequantised from the same file")
 
 
+def _run_vllm_peer(peer: str, path: Path, prompts: list[list[int]], output_len: int, dtype: str, python: Path,
+                   out_dir: Path, temperature: float, top_p: float, eager: bool,
+                   max_num_batched_tokens: int) -> RunResult:
+    """vLLM reads HF directories only: a GGUF goes to it as an HF directory of HF's own dequantisation
+    in `dtype` (the hf peer's weights), written once into out_dir; a directory as it is."""
+    model_dir = path if path.is_dir() else write_hf_dir(path, out_dir / f"{path.stem}.{dtype}.hf", DTYPES[dtype])
+    result = run_vllm(model_dir, prompts, output_len, DTYPES[dtype], python, VLLM_PEERS[peer], eager,
+                      max_num_batched_tokens, temperature, top_p, engine=peer)
+    if model_dir != path:
+        result.notes.append(f"HF directory {model_dir} written from the GGUF by transformers")
+    return result
+
+
 def collective_traffic(llm, prompts: list[list[int]], timed: dict[str, int], output_tokens: int) -> dict:
     """Bytes rank 0's collectives moved per kind: in one decode step of all prompts, and per
     output token of the timed run (`timed`: its GenerationStats.collective_bytes)."""
@@ -142,14 +159,17 @@ def compilation_record(model: torch.nn.Module | CompiledModel | None, level: int
 
 
 def run(model: str, num_prompts: int, input_len: int, output_len: int, dtype: str, compare: list[str], out_dir: Path,
-        temperature: float = 0.0, top_p: float = 1.0, compilation_level: int = 0, tensor_parallel_size: int = 1) -> dict:
+        temperature: float = 0.0, top_p: float = 1.0, compilation_level: int = 0, tensor_parallel_size: int = 1,
+        vllm_interpreter: Path | None = None) -> dict:
+    """vllm_interpreter: the Python of vLLM's venv (default: see peers.vllm_python)."""
     from ascendtile.runtime import LLM
 
     path = model_path(model)
+    max_num_batched_tokens = max(num_prompts * input_len, 512)
     # No prefix cache: the greedy run beside a sampled one repeats the same prompts, and a cache hit
     # would skip its prefill (the peers have no such cache), so every run starts cold.
     llm = LLM(model=model, dtype=DTYPES[dtype], max_num_seqs=num_prompts,
-              max_num_batched_tokens=max(num_prompts * input_len, 512), compilation_config=compilation_level,
+              max_num_batched_tokens=max_num_batched_tokens, compilation_config=compilation_level,
               tensor_parallel_size=tensor_parallel_size, enable_prefix_caching=False)
     params = llm.num_parameters
     prompts = synthetic_prompts(num_prompts, input_len, llm.model_config.vocab_size)
@@ -171,6 +191,15 @@ def run(model: str, num_prompts: int, input_len: int, output_len: int, dtype: st
         if peer == "hf":
             hf = run_hf(path, prompts, output_len, DTYPES[dtype], platform.default_device(), temperature, top_p)
             results.append(_greedy_only(hf, sampled))
+        elif peer in VLLM_PEERS:
+            python = vllm_python(vllm_interpreter)
+            if not python.is_file():
+                skipped[peer] = (f"no vLLM Python at {python} (make install-vllm builds .venv-vllm; or --vllm-python / "
+                                 "ASCENDTILE_VLLM_PYTHON)")
+                continue
+            vllm = _run_vllm_peer(peer, path, prompts, output_len, dtype, python, out_dir, temperature, top_p,
+                                  compilation_level == 0, max_num_batched_tokens)
+            results.append(_greedy_only(vllm, sampled))
         elif not llamacpp_available():
             skipped[peer] = "xllamacpp is not installed (pip install xllamacpp)"
         elif sampled:
@@ -212,6 +241,8 @@ def table(record: dict) -> str:
         lines.append(f"tensor parallel {record['tensor_parallel_size']} (rank 0): per decode step of {traffic['batch']} "
                      f"sequences {step['all_reduce']:,} B all-reduced + {step['all_gather']:,} B all-gathered; per output "
                      f"token of the timed run {token['all_reduce']:,.0f} B + {token['all_gather']:,.0f} B")
+    # the vLLM rows' settings, with or without our plugin (and its op calls)
+    lines += [f"{row['engine']}: {'; '.join(row['notes'])}" for row in record["rows"] if row["engine"] in VLLM_PEERS]
     lines += [f"skipped {peer}: {why}" for peer, why in record["skipped"].items()]
     return "\n".join(lines)
 
@@ -220,7 +251,7 @@ def main(args: argparse.Namespace) -> int:
     sizes = QUICK if args.quick else {"num_prompts": args.num_prompts, "input_len": args.input_len, "output_len": args.output_len}
     record = run(args.model, dtype=args.dtype or default_dtype(), compare=args.compare, out_dir=args.out,
                  temperature=args.temperature, top_p=args.top_p, compilation_level=args.compilation_level,
-                 tensor_parallel_size=args.tensor_parallel_size, **sizes)
+                 tensor_parallel_size=args.tensor_parallel_size, vllm_interpreter=args.vllm_python, **sizes)
     print(table(record))
     print(f"wrote {args.out / 'e2e.json'}")
     return 0

@@ -1,13 +1,20 @@
-"""Peers for `ascendtile bench e2e --compare`: HF transformers' batched generate and
-llama.cpp (through the prebuilt `xllamacpp` wheel), on the same model file and the same prompts.
+"""Peers for `ascendtile bench e2e --compare`: HF transformers' batched generate, llama.cpp
+(through the prebuilt `xllamacpp` wheel) and vLLM's CPU build, on the same model file and the same
+prompts.
 
-Both return a `RunResult`, the record the e2e table is built from. HF runs in the same process,
+Each returns a `RunResult`, the record the e2e table is built from. HF runs in the same process,
 on the dequantised GGUF in the requested dtype; llama.cpp computes with the GGUF's own quantised
 weights (its native path: a reference point, not a like-for-like race) or, as `llama.cpp-f32`, with
 an F32 copy of the file dequantised the same way ours is (`f32_gguf.py`): the same weights in fp32.
+vLLM runs in a subprocess with the Python of its own venv (its wheel pulls upstream triton, which
+cannot sit beside triton-ascend), on an HF directory holding HF's weights (`hf_dir.py`).
 """
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -132,3 +139,57 @@ def run_llamacpp(gguf_path: Path, prompts: list[list[int]], output_len: int, eng
                      [t["prompt_ms"] / 1e3 for t in timings], [t["predicted_per_token_ms"] / 1e3 for t in timings],
                      None, [f"xllamacpp, {weights}, {threads} threads, {len(prompts)} slots"])
 
+
+VLLM_RUN = Path(__file__).with_name("vllm_peer_run.py")
+VLLM_KVCACHE_GIB = 2  # VLLM_CPU_KVCACHE_SPACE: holds far more than a bench's prompts x (input + output) tokens
+
+
+def vllm_python(given: Path | None = None) -> Path:
+    """The Python that runs vLLM: `given` (--vllm-python), else $ASCENDTILE_VLLM_PYTHON, else
+    .venv-vllm/bin/python under the current directory (what `make install-vllm` builds)."""
+    return given if given is not None else Path(os.environ.get("ASCENDTILE_VLLM_PYTHON", ".venv-vllm/bin/python"))
+
+
+def run_vllm(model_dir: Path, prompts: list[list[int]], output_len: int, dtype: torch.dtype, python: Path,
+             with_plugin: bool, enforce_eager: bool, max_num_batched_tokens: int, temperature: float = 0.0,
+             top_p: float = 1.0, engine: str = "vllm") -> RunResult:
+    """vllm.LLM on model_dir (an HF directory) in a subprocess run by `python`: all prompts in one
+    generate() call, exactly output_len tokens each (EOS ignored), greedy at temperature 0, else
+    sampled with that temperature and top-p (no top-k). Its OpenMP threads are bound to the cores
+    ours ran on (torch's thread count of this process's CPUs): vLLM's default binding keeps a core
+    for itself. with_plugin: vLLM loads our plugin (its norms, activations and rotary embeddings on
+    our ops), else no general plugin at all. max_num_batched_tokens: ours' scheduling budget. TTFT
+    and TPOT come from vLLM's per-request stats."""
+    cores = sorted(os.sched_getaffinity(0))[:torch.get_num_threads()]
+    bind = ",".join(map(str, cores))
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "ASCENDTILE_KERNELS")}
+    env.update(VLLM_CPU_KVCACHE_SPACE=str(VLLM_KVCACHE_GIB), VLLM_CPU_OMP_THREADS_BIND=bind, HF_HUB_OFFLINE="1",
+               VLLM_PLUGINS="ascendtile" if with_plugin else "")  # a name list: "" loads no general plugin
+    request = {"model": str(model_dir), "prompts": prompts, "output_len": output_len,
+               "dtype": str(dtype).removeprefix("torch."), "temperature": temperature, "top_p": top_p,
+               "enforce_eager": enforce_eager, "max_num_batched_tokens": max_num_batched_tokens}
+    with tempfile.TemporaryDirectory(prefix="ascendtile-vllm-") as work:
+        request_json, result_json = Path(work) / "request.json", Path(work) / "result.json"
+        request_json.write_text(json.dumps(request))
+        run = subprocess.run([str(python), str(VLLM_RUN), str(request_json), str(result_json)], env=env,
+                             capture_output=True, text=True)
+        if run.returncode != 0:
+            raise RuntimeError(f"vLLM ({python}) failed with exit status {run.returncode}:\n{run.stderr[-4000:]}")
+        result = json.loads(result_json.read_text())
+    if result["plugin_loaded"] != with_plugin:
+        raise RuntimeError(f"vLLM ({python}) {'did not load' if with_plugin else 'loaded'} the ascendtile plugin "
+                           f"with VLLM_PLUGINS={env['VLLM_PLUGINS']!r}")
+    token_ids = result["token_ids"]
+    if with_plugin:
+        calls = result["op_calls"]
+        plugin = (f"with the ascendtile plugin (VLLM_PLUGINS=ascendtile): {sum(calls.values()):,} calls to our ops in "
+                  f"the timed run ({', '.join(f'{op} {n:,}' for op, n in sorted(calls.items()))})")
+    else:
+        plugin = "without plugins (VLLM_PLUGINS='')"
+    notes = [f"vllm-cpu {result['vllm_version']} {plugin}, {request['dtype']}, "
+             f"{'eager' if enforce_eager else 'compiled (vLLM default compilation)'}, prefix caching off, engine core "
+             f"in process, VLLM_CPU_OMP_THREADS_BIND={bind}, VLLM_CPU_KVCACHE_SPACE={VLLM_KVCACHE_GIB} GiB",
+             "TTFT: vLLM's first_token_latency (request arrival to first token); TPOT: its engine-core times of the "
+             "first and last token over the tokens between them"]
+    return RunResult(engine, result["wall_s"], sum(map(len, prompts)), sum(map(len, token_ids)), result["ttft_s"],
+                     result["tpot_s"], token_ids, notes)

@@ -1,12 +1,16 @@
-"""`ascendtile bench e2e --quick --compare hf --compare llama.cpp` runs in one command on CPU and
-prints the throughput table with the ratios. Timings are never asserted."""
+"""`ascendtile bench e2e --quick --compare hf --compare llama.cpp --compare vllm` runs in one
+command on CPU and prints the throughput table with the ratios. Timings are never asserted."""
 import json
+import sys
+from pathlib import Path
 
 import pytest
 
 from ascendtile.bench.e2e import agreement, percentiles, synthetic_prompts
+from ascendtile.bench.peers import vllm_python
 from ascendtile.cli import main
 from compilation import tiny
+from vllm_venv import vllm_venv
 
 pytestmark = pytest.mark.xdist_group("e2e_bench")  # the module's runs share HF's load (below): one worker
 
@@ -109,3 +113,49 @@ def test_e2e_quick_with_two_ranks_reports_collective_bytes(tmp_path, capsys):
     assert traffic["per_output_token"]["all_gather"] == config.vocab_size * 4  # one logits row per output token
     assert record["compilation"]["level"] == 0
     assert "tensor parallel 2 (rank 0): per decode step of 2 sequences 2,560 B all-reduced" in capsys.readouterr().out
+
+
+@pytest.mark.slow  # a vLLM engine start: ~20-40 s on this CPU (vllm+ascendtile, one more, is left to the CLI)
+def test_e2e_quick_against_vllm(tmp_path, capsys):
+    assert main(["bench", "e2e", "--quick", "--compare", "vllm", "--vllm-python", str(vllm_venv() / "bin" / "python"),
+                 "--out", str(tmp_path)]) == 0
+    record = json.loads((tmp_path / "e2e.json").read_text())
+    rows = {row["engine"]: row for row in record["rows"]}
+    assert list(rows) == ["ascendtile", "vllm"] and record["skipped"] == {}
+    for row in rows.values():
+        assert row["output_tokens"] == record["num_prompts"] * record["output_len"]  # EOS ignored
+        assert all(v > 0 for v in [*row["ttft_ms"].values(), *row["tpot_ms"].values()])
+    assert rows["vllm"]["token_agreement_with_ours"] == 1.0  # greedy, fp32, the same weights
+    notes = rows["vllm"]["notes"][0]
+    assert "without plugins (VLLM_PLUGINS='')" in notes and "VLLM_CPU_OMP_THREADS_BIND=" in notes
+    # vLLM got the GGUF as an HF directory written into --out
+    assert [p.name for p in tmp_path.glob("*.hf")] == ["SmolLM2-135M-Instruct.Q4_1.fp32.hf"]
+    assert "vllm: vllm-cpu 0.32.0 without plugins" in capsys.readouterr().out
+
+
+def test_e2e_without_vllm_python_skips_the_vllm_peers(tmp_path, monkeypatch, capsys):
+    model = tiny.save(tmp_path / "tiny")
+    missing = tmp_path / "no-venv" / "bin" / "python"
+    monkeypatch.setenv("ASCENDTILE_VLLM_PYTHON", str(missing))
+    assert main(["bench", "e2e", "--quick", "--model", model, "--compare", "vllm", "--compare", "vllm+ascendtile",
+                 "--out", str(tmp_path)]) == 0
+    record = json.loads((tmp_path / "e2e.json").read_text())
+    assert [row["engine"] for row in record["rows"]] == ["ascendtile"]
+    assert set(record["skipped"]) == {"vllm", "vllm+ascendtile"}
+    assert record["skipped"]["vllm"].startswith(f"no vLLM Python at {missing} (make install-vllm")
+    assert f"skipped vllm+ascendtile: no vLLM Python at {missing}" in capsys.readouterr().out
+
+
+def test_e2e_with_a_python_without_vllm_fails_with_its_error(tmp_path):
+    model = tiny.save(tmp_path / "tiny")  # an HF directory: handed to vLLM as it is
+    with pytest.raises(RuntimeError, match=r"(?s)vLLM \(.*\) failed with exit status 1:.*No module named 'vllm'"):
+        main(["bench", "e2e", "--quick", "--model", model, "--compare", "vllm", "--vllm-python", sys.executable,
+              "--out", str(tmp_path)])
+
+
+def test_vllm_python_defaults_to_the_env_then_the_venv_make_builds(tmp_path, monkeypatch):
+    monkeypatch.setenv("ASCENDTILE_VLLM_PYTHON", "/elsewhere/python")
+    assert vllm_python(tmp_path / "given") == tmp_path / "given"
+    assert vllm_python() == Path("/elsewhere/python")
+    monkeypatch.delenv("ASCENDTILE_VLLM_PYTHON")
+    assert vllm_python() == Path(".venv-vllm/bin/python")
