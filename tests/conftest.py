@@ -19,7 +19,7 @@ import torch  # noqa: E402
 
 import ascendtile  # noqa: E402,F401  (registers torch.ops.ascend.*)
 
-pytest_plugins = ["embedded"]  # the session-scoped embedded models and HF references
+pytest_plugins = ["embedded", "vllm_kernels"]  # session fixtures: embedded models and HF references; vLLM's CPU kernels
 
 # pytest-xdist workers share the machine's cores: each takes its share of torch's intra-op threads,
 # so two workers on two cores do not run four threads that wait on each other.
