@@ -42,6 +42,10 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
                           "llama.cpp-f32: llama.cpp on an F32 copy of the GGUF (the same weights as ours in fp32); "
                           "vllm: vLLM's CPU build without plugins, vllm+ascendtile: with our plugin (both on an HF "
                           "directory of the hf peer's weights, run by --vllm-python)")
+    e2e.add_argument("--vllm-mode", choices=("compiled", "eager"), default="compiled",
+                     help="the vLLM peers: compiled (vLLM's defaults: its fastest setting; under Inductor the plugin's "
+                          "layers run vLLM's own code, only its attention backend is ours) or eager (enforce_eager: "
+                          "every layer the plugin replaces runs our op)")
     e2e.add_argument("--vllm-python", type=Path,
                      help="the Python of vLLM's venv (default: $ASCENDTILE_VLLM_PYTHON, else .venv-vllm/bin/python "
                           "here, which `make install-vllm` builds)")

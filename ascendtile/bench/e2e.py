@@ -160,8 +160,9 @@ def compilation_record(model: torch.nn.Module | CompiledModel | None, level: int
 
 def run(model: str, num_prompts: int, input_len: int, output_len: int, dtype: str, compare: list[str], out_dir: Path,
         temperature: float = 0.0, top_p: float = 1.0, compilation_level: int = 0, tensor_parallel_size: int = 1,
-        vllm_interpreter: Path | None = None) -> dict:
-    """vllm_interpreter: the Python of vLLM's venv (default: see peers.vllm_python)."""
+        vllm_interpreter: Path | None = None, vllm_eager: bool = False) -> dict:
+    """vllm_interpreter: the Python of vLLM's venv (default: see peers.vllm_python); vllm_eager:
+    the vLLM peers with enforce_eager (else vLLM's default compilation, its fastest setting)."""
     from ascendtile.runtime import LLM
 
     path = model_path(model)
@@ -198,7 +199,7 @@ def run(model: str, num_prompts: int, input_len: int, output_len: int, dtype: st
                                  "ASCENDTILE_VLLM_PYTHON)")
                 continue
             vllm = _run_vllm_peer(peer, path, prompts, output_len, dtype, python, out_dir, temperature, top_p,
-                                  compilation_level == 0, max_num_batched_tokens)
+                                  vllm_eager, max_num_batched_tokens)
             results.append(_greedy_only(vllm, sampled))
         elif not llamacpp_available():
             skipped[peer] = "xllamacpp is not installed (pip install xllamacpp)"
@@ -251,7 +252,8 @@ def main(args: argparse.Namespace) -> int:
     sizes = QUICK if args.quick else {"num_prompts": args.num_prompts, "input_len": args.input_len, "output_len": args.output_len}
     record = run(args.model, dtype=args.dtype or default_dtype(), compare=args.compare, out_dir=args.out,
                  temperature=args.temperature, top_p=args.top_p, compilation_level=args.compilation_level,
-                 tensor_parallel_size=args.tensor_parallel_size, vllm_interpreter=args.vllm_python, **sizes)
+                 tensor_parallel_size=args.tensor_parallel_size, vllm_interpreter=args.vllm_python,
+                 vllm_eager=args.vllm_mode == "eager", **sizes)
     print(table(record))
     print(f"wrote {args.out / 'e2e.json'}")
     return 0

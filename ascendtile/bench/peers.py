@@ -157,8 +157,8 @@ def run_vllm(model_dir: Path, prompts: list[list[int]], output_len: int, dtype: 
     generate() call, exactly output_len tokens each (EOS ignored), greedy at temperature 0, else
     sampled with that temperature and top-p (no top-k). Its OpenMP threads are bound to the cores
     ours ran on (torch's thread count of this process's CPUs): vLLM's default binding keeps a core
-    for itself. with_plugin: vLLM loads our plugin (its norms, activations and rotary embeddings on
-    our ops), else no general plugin at all. max_num_batched_tokens: ours' scheduling budget. TTFT
+    for itself. with_plugin: vLLM loads our plugin (its norms, activations, rotary embeddings and
+    attention on our ops), else no general plugin at all. max_num_batched_tokens: ours' scheduling budget. TTFT
     and TPOT come from vLLM's per-request stats."""
     cores = sorted(os.sched_getaffinity(0))[:torch.get_num_threads()]
     bind = ",".join(map(str, cores))

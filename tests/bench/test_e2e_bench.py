@@ -118,7 +118,7 @@ def test_e2e_quick_with_two_ranks_reports_collective_bytes(tmp_path, capsys):
 @pytest.mark.slow  # a vLLM engine start: ~20-40 s on this CPU (vllm+ascendtile, one more, is left to the CLI)
 def test_e2e_quick_against_vllm(tmp_path, capsys):
     assert main(["bench", "e2e", "--quick", "--compare", "vllm", "--vllm-python", str(vllm_venv() / "bin" / "python"),
-                 "--out", str(tmp_path)]) == 0
+                 "--vllm-mode", "eager", "--out", str(tmp_path)]) == 0
     record = json.loads((tmp_path / "e2e.json").read_text())
     rows = {row["engine"]: row for row in record["rows"]}
     assert list(rows) == ["ascendtile", "vllm"] and record["skipped"] == {}
@@ -127,7 +127,7 @@ def test_e2e_quick_against_vllm(tmp_path, capsys):
         assert all(v > 0 for v in [*row["ttft_ms"].values(), *row["tpot_ms"].values()])
     assert rows["vllm"]["token_agreement_with_ours"] == 1.0  # greedy, fp32, the same weights
     notes = rows["vllm"]["notes"][0]
-    assert "without plugins (VLLM_PLUGINS='')" in notes and "VLLM_CPU_OMP_THREADS_BIND=" in notes
+    assert "without plugins (VLLM_PLUGINS='')" in notes and ", eager," in notes and "VLLM_CPU_OMP_THREADS_BIND=" in notes
     # vLLM got the GGUF as an HF directory written into --out
     assert [p.name for p in tmp_path.glob("*.hf")] == ["SmolLM2-135M-Instruct.Q4_1.fp32.hf"]
     assert "vllm: vllm-cpu 0.32.0 without plugins" in capsys.readouterr().out
