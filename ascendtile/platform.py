@@ -81,6 +81,31 @@ def device_graph_type(device_type: str) -> type | None:
     return None
 
 
+# The x86 vector and matrix extensions that decide CPU speed per dtype: AVX2 (fp32 only fast),
+# AVX-512, bf16 dot products (avx512_bf16), int8 dot products (VNNI), AMX tiles.
+ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8")
+
+
+def isa_from_cpuinfo(cpuinfo: str) -> str:
+    """The ISA_FLAGS present in a /proc/cpuinfo text, in that order, joined by " + " ("none" when
+    it lists none of them, e.g. a non-x86 CPU)."""
+    flags = set()
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            flags.update(line.partition(":")[2].split())
+    return " + ".join(f for f in ISA_FLAGS if f in flags) or "none"
+
+
+@functools.lru_cache(maxsize=None)
+def cpu_isa() -> str:
+    """This machine's CPU extensions (isa_from_cpuinfo), "unknown" without /proc/cpuinfo."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return isa_from_cpuinfo(f.read())
+    except OSError:
+        return "unknown"
+
+
 def report() -> list[tuple[str, str]]:
     """Device and version rows for `ascendtile info`."""
     import importlib.metadata as md
@@ -94,6 +119,7 @@ def report() -> list[tuple[str, str]]:
     kind = device_kind()
     rows = [
         ("device", kind),
+        ("CPU ISA", cpu_isa()),
         ("torch", torch.__version__),
         ("triton-ascend", version("triton-ascend")),
         ("triton (upstream)", version("triton")),

@@ -1,4 +1,4 @@
-"""platform: the KV block size the runtime uses when the caller names none."""
+"""platform: the KV block size the runtime uses when the caller names none; the CPU ISA report."""
 import torch
 
 from ascendtile import platform
@@ -19,3 +19,11 @@ def test_llm_takes_the_platform_block_size(monkeypatch):
     llm = LLM(stub_loaded(), max_model_len=64, max_num_seqs=2, num_kv_blocks=8)
     assert llm.config.block_size == 32
     assert LLM(stub_loaded(), max_model_len=64, max_num_seqs=2, num_kv_blocks=8, block_size=48).config.block_size == 48
+
+
+def test_isa_names_the_extensions_that_decide_cpu_speed():
+    avx512_bf16 = "processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 avx512_vnni sse4_2\n"
+    assert platform.isa_from_cpuinfo(avx512_bf16) == "avx2 + avx512f + avx512_bf16 + avx512_vnni"
+    assert platform.isa_from_cpuinfo("flags\t\t: fpu avx2 fma f16c\n") == "avx2"
+    assert platform.isa_from_cpuinfo("Features\t: fp asimd\n") == "none"  # aarch64 names no flags line
+    assert platform.cpu_isa() != "" and ("CPU ISA", platform.cpu_isa()) in platform.report()

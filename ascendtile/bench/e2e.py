@@ -96,10 +96,10 @@ def summarise(result: RunResult, ours: RunResult) -> dict:
     }
 
 
-def compute_roof(params: int, ours: RunResult) -> dict:
+def compute_roof(params: int, ours: RunResult, dtype: torch.dtype) -> dict:
     """2·params FLOPs per token (prompt or output) against the device's matrix peak; on CPU the
-    peak is this machine's measured fp32 GEMM throughput."""
-    peak = current_peak()
+    peak is this machine's measured GEMM throughput in the run's dtype."""
+    peak = current_peak(dtype)
     roof_tok_s = peak.matrix_tflops * 1e12 / (2 * params)
     return {"params": params, "gemm_gflops": peak.matrix_tflops * 1e3, "peak_source": f"{peak.name}, {peak.source}",
             "roof_tok_s": roof_tok_s, "ours_total_tok_s_frac_of_roof": ours.total_tok_s / roof_tok_s}
@@ -214,7 +214,7 @@ def run(model: str, num_prompts: int, input_len: int, output_len: int, dtype: st
         "output_len": output_len, "temperature": temperature, "top_p": top_p, "num_preemptions": num_preemptions,
         "compilation": compilation, "tensor_parallel_size": tensor_parallel_size, "collectives": collectives,
         "rows": [summarise(r, ours) for r in results], "skipped": skipped,
-        "roof": compute_roof(params, ours),
+        "roof": compute_roof(params, ours, DTYPES[dtype]), "device": platform.device_kind(), "isa": platform.cpu_isa(),
     }
     return write_json(out_dir / "e2e.json", payload)
 
@@ -230,7 +230,8 @@ def table(record: dict) -> str:
                 else "greedy")
     lines = [
         f"e2e: {record['model']} ({record['dtype']}), {record['num_prompts']} prompts x {record['input_len']} "
-        f"in / {record['output_len']} out, {decoding}, EOS ignored; {record['num_preemptions']} preemptions (ascendtile)",
+        f"in / {record['output_len']} out, {decoding}, EOS ignored; {record['num_preemptions']} preemptions (ascendtile); "
+        f"device {record['device']}, CPU ISA {record['isa']}",
         format_table(headers, body),
         f"ascendtile {record['compilation']['summary']}",
         f"compute roof: {roof['gemm_gflops']:,.1f} GFLOP/s GEMM ({roof['peak_source']}) / (2 x {roof['params'] / 1e6:,.1f} M params)"

@@ -8,14 +8,14 @@ from dataclasses import dataclass
 
 import torch
 
-from ascendtile.platform import device_kind
+from ascendtile.platform import cpu_isa, device_kind
 
 
 @dataclass(frozen=True)
 class DevicePeak:
     name: str
     hbm_gbps: float  # memory bandwidth, GB/s
-    matrix_tflops: float  # dense fp16/bf16 matrix throughput (fp32 GEMM for the CPU), TFLOP/s
+    matrix_tflops: float  # dense fp16/bf16 matrix throughput (the CPU: GEMM in the dtype asked for), TFLOP/s
     source: str
 
 
@@ -27,8 +27,9 @@ PEAKS = {
 
 
 @functools.lru_cache(maxsize=None)
-def measured_cpu_peak() -> DevicePeak:
-    """This CPU, measured once per process: large-copy bandwidth and fp32 GEMM throughput."""
+def measured_cpu_peak(dtype: torch.dtype = torch.float32) -> DevicePeak:
+    """This CPU, measured once per process and dtype: large-copy bandwidth and GEMM throughput in
+    dtype (bf16 is fast only with bf16 dot products: avx512_bf16 or AMX, see platform.cpu_isa)."""
     src = torch.empty(64 * 1024 * 1024 // 4, dtype=torch.float32).fill_(1.0)
     dst = torch.empty_like(src)
     dst.copy_(src)
@@ -36,23 +37,25 @@ def measured_cpu_peak() -> DevicePeak:
     for _ in range(reps):
         dst.copy_(src)
     gbps = 2 * src.numel() * 4 * reps / (time.perf_counter() - t0) / 1e9
-    a = torch.randn(1024, 1024)
-    b = torch.randn(1024, 1024)
+    a = torch.randn(1024, 1024, dtype=dtype)
+    b = torch.randn(1024, 1024, dtype=dtype)
     a @ b
     reps, t0 = 5, time.perf_counter()
     for _ in range(reps):
         a @ b
     tflops = 2 * 1024**3 * reps / (time.perf_counter() - t0) / 1e12
-    return DevicePeak(f"this CPU ({os.cpu_count()} cores)", gbps, tflops, "measured, fp32")
+    return DevicePeak(f"this CPU ({os.cpu_count()} cores, {cpu_isa()})", gbps, tflops,
+                      f"measured, {str(dtype).removeprefix('torch.')} GEMM")
 
 
-def current_peak() -> DevicePeak:
+def current_peak(dtype: torch.dtype = torch.float32) -> DevicePeak:
+    """The device's peak; on CPU measured in dtype (NPU/GPU: the published 16-bit figure)."""
     kind = device_kind()
     if kind == "npu":
         return PEAKS["ascend910b"]
     if kind == "cuda":
         return PEAKS["h100"]
-    return measured_cpu_peak()
+    return measured_cpu_peak(dtype)
 
 
 def peak_rows() -> list[tuple[str, str]]:

@@ -5,9 +5,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
-from ascendtile.bench.e2e import agreement, percentiles, synthetic_prompts
-from ascendtile.bench.peers import vllm_python
+from ascendtile import platform
+from ascendtile.bench.e2e import agreement, compute_roof, percentiles, synthetic_prompts
+from ascendtile.bench.peers import RunResult, vllm_python
 from ascendtile.cli import main
 from compilation import tiny
 from vllm_venv import vllm_venv
@@ -55,8 +57,10 @@ def test_e2e_quick_against_hf_prints_ratios(tmp_path, capsys):
     assert record["rows"][1]["token_agreement_with_ours"] is not None
     roof = record["roof"]
     assert roof["params"] > 100e6 and roof["gemm_gflops"] > 0 and roof["roof_tok_s"] > 0
+    assert record["dtype"] == "fp32" and roof["peak_source"].endswith("measured, float32 GEMM")  # the run's dtype
+    assert record["isa"] == platform.cpu_isa() and record["device"] == "cpu"
     out = capsys.readouterr().out
-    assert "ours / this" in out and "compute roof" in out
+    assert "ours / this" in out and "compute roof" in out and f"CPU ISA {record['isa']}" in out
 
 
 
@@ -159,3 +163,10 @@ def test_vllm_python_defaults_to_the_env_then_the_venv_make_builds(tmp_path, mon
     assert vllm_python() == Path("/elsewhere/python")
     monkeypatch.delenv("ASCENDTILE_VLLM_PYTHON")
     assert vllm_python() == Path(".venv-vllm/bin/python")
+
+
+def test_roof_is_measured_in_the_runs_dtype():
+    ours = RunResult("ascendtile", 1.0, 100, 100, [0.1], [0.01])
+    fp32, bf16 = compute_roof(135e6, ours, torch.float32), compute_roof(135e6, ours, torch.bfloat16)
+    assert fp32["peak_source"].endswith("measured, float32 GEMM") and bf16["peak_source"].endswith("measured, bfloat16 GEMM")
+    assert platform.cpu_isa() in bf16["peak_source"]
