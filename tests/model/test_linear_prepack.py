@@ -1,4 +1,5 @@
-"""Linear's oneDNN prepacking on CPU fp32: same outputs as the plain matmul, a clean fallback where
+"""Linear's oneDNN prepacking on CPU fp32 (and bf16 where the CPU has bf16 dot products): same
+outputs as the plain matmul, a clean fallback where
 oneDNN cannot help, never a stale read after the weight changes, and the tied LM head packed too."""
 import copy
 
@@ -40,6 +41,20 @@ def test_packed_matches_plain_matmul(rows):
 
 
 @needs_onednn
+@pytest.mark.parametrize("rows", [1, 33])
+def test_bf16_packs_only_with_bf16_dot_products(rows, monkeypatch):
+    linear = _linear(dtype=torch.bfloat16)
+    linear.prepack()
+    assert (linear.packed is not None) == linear_module.cpu_has_bf16_dot()
+    x = torch.randn(rows, 48, dtype=torch.bfloat16)
+    # both accumulate in fp32 and round once: equal up to the summation order
+    torch.testing.assert_close(linear(x), F.linear(x, linear.weight, linear.bias), rtol=1.6e-2, atol=1e-2)
+    monkeypatch.setattr(linear_module, "cpu_has_bf16_dot", lambda: False)  # an AVX2 machine
+    linear.prepack()
+    assert linear.packed is None
+
+
+@needs_onednn
 def test_weight_changed_after_packing_is_not_read_stale():
     linear = _linear(bias=False)
     linear.prepack()
@@ -75,7 +90,7 @@ def test_size_bound_packs_only_weights_big_enough_to_gain():
 
 def test_falls_back_where_onednn_cannot_help(monkeypatch):
     assert pack_weight(torch.randn(8, 4, dtype=torch.float64)) is None
-    assert pack_weight(torch.randn(8, 4, dtype=torch.bfloat16)) is None
+    assert pack_weight(torch.randn(8, 4, dtype=torch.float16)) is None
     monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
     linear = _linear()
     linear.prepack()

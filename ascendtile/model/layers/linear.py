@@ -1,11 +1,12 @@
 """Linear: an nn.Linear-layout projection that may be W8A8 and may merge several checkpoint
 projections (q/k/v, gate/up) into one matmul.
 
-Float: weight [N, K] in the model dtype, y = x·Wᵀ + b. On CPU fp32 with oneDNN, `prepack()` (run
-       once after loading, by CausalLM.post_load) reorders the weight into oneDNN's blocked
-       layout (weights of at least ONEDNN_MIN_WEIGHT_ELEMENTS; smaller ones lose to aten): 1.2–2.7×
-       faster than aten::mm on SmolLM2's decode shapes at 2 threads on AVX2, about even at 1
-       thread except the LM head (bench/README.md). The packed copy sits beside
+Float: weight [N, K] in the model dtype, y = x·Wᵀ + b. On CPU with oneDNN, `prepack()` (run
+       once after loading, by CausalLM.post_load) reorders an fp32 weight, or a bf16 one on a CPU
+       with bf16 dot products (AVX-512 BF16 or AMX), into oneDNN's blocked layout (weights of at
+       least ONEDNN_MIN_WEIGHT_ELEMENTS; smaller ones lose to aten): fp32 1.2–2.7× faster than
+       aten::mm on SmolLM2's decode shapes at 2 threads on AVX2, about even at 1 thread except the
+       LM head (bench/README.md); bf16 on AVX-512 BF16 1.2–1.9× (reference-facts, 576 → 1536). The packed copy sits beside
        the weight (the weight stays the parameter state_dict and W8A8 conversion read); a weight
        replaced or changed in place after packing is not stale-read: forward falls back to the
        plain matmul until prepack() runs again (inference-mode weights carry no version
@@ -56,11 +57,18 @@ class PackedWeight:
         return pack_weight(copy.deepcopy(self.source, memo))
 
 
+def cpu_has_bf16_dot() -> bool:
+    """bf16 dot products in hardware (AVX-512 BF16 or AMX): where a bf16 GEMM beats fp32. Without
+    them (AVX2) oneDNN refuses a bf16 reorder anyway."""
+    return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+
+
 def pack_weight(weight: torch.Tensor) -> PackedWeight | None:
-    """The oneDNN-packed copy of an fp32 CPU weight [N, K], or None where oneDNN cannot help: not
-    fp32 on CPU, fewer than ONEDNN_MIN_WEIGHT_ELEMENTS elements, torch built without oneDNN, or a
-    CPU/build whose oneDNN refuses the reorder."""
-    if (weight.device.type != "cpu" or weight.dtype != torch.float32 or weight.numel() < ONEDNN_MIN_WEIGHT_ELEMENTS
+    """The oneDNN-packed copy of a CPU weight [N, K], fp32 or (cpu_has_bf16_dot) bf16, or None
+    where oneDNN cannot help: another dtype or device, fewer than ONEDNN_MIN_WEIGHT_ELEMENTS
+    elements, torch built without oneDNN, or a CPU/build whose oneDNN refuses the reorder."""
+    packable = weight.dtype == torch.float32 or (weight.dtype == torch.bfloat16 and cpu_has_bf16_dot())
+    if (weight.device.type != "cpu" or not packable or weight.numel() < ONEDNN_MIN_WEIGHT_ELEMENTS
             or not torch.backends.mkldnn.is_available()):
         return None
     try:
