@@ -1,7 +1,8 @@
 """Gated activations (the MLP's act(gate) * up): one vector kernel, persistent over (row, chunk
 of the output width) work items, with the activation chosen by a constexpr: SiLU (SwiGLU, Llama
-family) or tanh-approximated GELU (GeGLU, Gemma). With QUANT the product is rounded to the input
-dtype and quantized to int8 with one static scale (fused_quant.silu_and_mul_quant)."""
+family), tanh-approximated GELU (GeGLU, Gemma) or exact (erf) GELU. With QUANT the product is
+rounded to the input dtype and quantized to int8 with one static scale
+(fused_quant.silu_and_mul_quant)."""
 from __future__ import annotations
 
 import torch
@@ -11,21 +12,29 @@ import triton.language as tl
 from ascendtile.kernels._int8 import quantize_int8
 from ascendtile.platform import grid_size
 
-# Gate + up inputs, their fp32 copies and the product: ~20 bytes per element -> 2048 is ~40 KB.
+# Gate + up inputs, their fp32 copies and the product: ~20 bytes per element -> 2048 is ~40 KB
+# (planned: 48 KB; the erf GELU's rational approximation has more temporaries, 72 KB).
 MAX_BLOCK = 2048
 # With the int8 output the round-half-even temporaries dominate, as in quant.py: 1024-wide
 # chunks plan 91 KB of UB (fused_quant's lowering cases).
 MAX_BLOCK_QUANT = 1024
-ACTIVATIONS = ("silu", "gelu_tanh")
+ACTIVATIONS = ("silu", "gelu_tanh", "gelu")
 
 
 @triton.jit
 def apply_activation(x, ACTIVATION: tl.constexpr):
     """x fp32. gelu_tanh: 0.5·x·(1 + tanh(z)) = x·sigmoid(2z), z = sqrt(2/pi)·(x + 0.044715·x³)
     (2·sqrt(2/pi) = 1.5957691216057308): tl has no tanh that lowers for Ascend, sigmoid does, and
-    it saturates to exactly 0 / 1 for large |x|."""
+    it saturates to exactly 0 / 1 for large |x|.
+    gelu: 0.5·x·(1 + erf(x/√2)) with tl.math.erf, which lowers for Ascend: BiShengIR's HFusion
+    expands it into vector ops, x clamped to ±3.92 then x·P(x²)/Q(x²) (degree 5 / 5). Emulated in
+    fp32 over a dense grid on [-8, 8] that erf is within 4.3e-7 of fp64 erf (<= 8 ulp of torch's
+    fp32 erf) and the GELU within 2.3 eps·|x| of fp64 (torch's fp32 F.gelu: 3.2). The interpreter
+    rounds fp64 math.erf."""
     if ACTIVATION == "silu":
         return x * tl.sigmoid(x)
+    elif ACTIVATION == "gelu":
+        return 0.5 * x * (1.0 + tl.math.erf(x * 0.7071067811865476))
     else:
         return x * tl.sigmoid(1.5957691216057308 * (x + 0.044715 * x * x * x))
 
@@ -92,3 +101,7 @@ def silu_and_mul(out: torch.Tensor, input: torch.Tensor) -> None:
 
 def gelu_tanh_and_mul(out: torch.Tensor, input: torch.Tensor) -> None:
     launch(out, input, "gelu_tanh")
+
+
+def gelu_and_mul(out: torch.Tensor, input: torch.Tensor) -> None:
+    launch(out, input, "gelu")

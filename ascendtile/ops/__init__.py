@@ -3,7 +3,7 @@ wrappers that allocate outputs: `ascendtile.ops.rms_norm(x, w, eps)` etc. One mo
 family, named like its kernels/ module; `_`-prefixed modules hold checks shared by families."""
 from ascendtile.ops._attention import check_paged_step
 from ascendtile.ops._registry import REGISTERED, kernel_path
-from ascendtile.ops.activation import gelu_tanh_and_mul, silu_and_mul
+from ascendtile.ops.activation import gelu_and_mul, gelu_tanh_and_mul, silu_and_mul
 from ascendtile.ops.attention_paged import paged_attention
 from ascendtile.ops.attention_unified import unified_attention
 from ascendtile.ops.attention_varlen import flash_attention_varlen
@@ -24,7 +24,7 @@ from ascendtile.ops.scaled_mm import scaled_mm, w8a8_linear
 
 __all__ = [
     "REGISTERED", "kernel_path", "check_paged_step",
-    "rms_norm", "fused_add_rms_norm", "silu_and_mul", "gelu_tanh_and_mul", "rotary_embedding",
+    "rms_norm", "fused_add_rms_norm", "silu_and_mul", "gelu_tanh_and_mul", "gelu_and_mul", "rotary_embedding",
     "reshape_and_cache_flash", "concat_and_cache_mla", "causal_mask",
     "paged_attention", "flash_attention_varlen", "unified_attention", "mla_attention",
     "static_scaled_int8_quant", "dynamic_scaled_int8_quant", "scaled_mm", "w8a8_linear",

@@ -1,4 +1,4 @@
-"""Ops: silu_and_mul, gelu_tanh_and_mul (vLLM argument order: out first)."""
+"""Ops: silu_and_mul, gelu_tanh_and_mul, gelu_and_mul (vLLM argument order: out first)."""
 from __future__ import annotations
 
 import torch
@@ -21,7 +21,9 @@ def _validate(out: torch.Tensor, input: torch.Tensor) -> None:
 
 silu_and_mul_op = register_op("silu_and_mul", "(Tensor! out, Tensor input) -> ()", validate=_validate)
 gelu_tanh_and_mul_op = register_op("gelu_tanh_and_mul", "(Tensor! out, Tensor input) -> ()", validate=_validate)
-_UNCHECKED = {silu_and_mul_op: unchecked("silu_and_mul"), gelu_tanh_and_mul_op: unchecked("gelu_tanh_and_mul")}
+gelu_and_mul_op = register_op("gelu_and_mul", "(Tensor! out, Tensor input) -> ()", validate=_validate)
+_UNCHECKED = {silu_and_mul_op: unchecked("silu_and_mul"), gelu_tanh_and_mul_op: unchecked("gelu_tanh_and_mul"),
+              gelu_and_mul_op: unchecked("gelu_and_mul")}
 
 
 def _gated(op, input: torch.Tensor, validate: bool) -> torch.Tensor:
@@ -41,3 +43,11 @@ def gelu_tanh_and_mul(input: torch.Tensor, *, validate: bool = True) -> torch.Te
     gelu_tanh is torch's F.gelu(approximate="tanh") (HF "gelu_pytorch_tanh", Gemma's MLP).
     validate=False: no argument checks (`_registry.unchecked`: for callers valid by construction)."""
     return _gated(gelu_tanh_and_mul_op, input, validate)
+
+
+def gelu_and_mul(input: torch.Tensor, *, validate: bool = True) -> torch.Tensor:
+    """input [..., 2d] (fp16/bf16/fp32) -> gelu(input[..., :d]) * input[..., d:], shape [..., d];
+    gelu is the exact erf form 0.5·x·(1 + erf(x/√2)), torch's F.gelu(approximate="none") (HF
+    "gelu", vLLM's GeluAndMul default).
+    validate=False: no argument checks (`_registry.unchecked`: for callers valid by construction)."""
+    return _gated(gelu_and_mul_op, input, validate)

@@ -1,10 +1,10 @@
-"""silu_and_mul, gelu_tanh_and_mul: Triton kernel (interpreter) vs the torch reference."""
+"""silu_and_mul, gelu_tanh_and_mul, gelu_and_mul: Triton kernel (interpreter) vs the torch reference."""
 import pytest
 import torch
 
 from opchecks import kernel_path, run_both
 
-GATED = ["silu_and_mul", "gelu_tanh_and_mul"]
+GATED = ["silu_and_mul", "gelu_tanh_and_mul", "gelu_and_mul"]
 
 
 @pytest.mark.parametrize("name", GATED)
@@ -24,7 +24,7 @@ def test_gated_activation_strided_rows_and_many_tokens(name):
 
 @pytest.mark.parametrize("name", GATED)
 def test_gated_activation_saturates_for_large_gates(name):
-    """The kernel's sigmoid form must give act(x) -> x for x >> 0 and -> 0 for x << 0, no NaN."""
+    """The kernel's sigmoid and erf forms must give act(x) -> x for x >> 0 and -> 0 for x << 0, no NaN."""
     gate = torch.tensor([[-1e4, -80.0, -30.0, -5.0, 0.0, 5.0, 30.0, 80.0, 1e4]])
     x = torch.cat([gate, torch.full_like(gate, 2.0)], dim=-1)
     run_both(getattr(torch.ops.ascend, name), [torch.empty_like(gate), x], mutated=[0])

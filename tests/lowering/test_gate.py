@@ -44,7 +44,7 @@ def test_all_cases_pass_both_stages(reports):
 
 def test_norm_and_activation_are_vector_kernels(reports):
     for name, r in reports.items():
-        if name.startswith(("rms_norm", "fused_add_rms_norm", "silu_and_mul", "gelu_tanh_and_mul")):
+        if name.startswith(("rms_norm", "fused_add_rms_norm", "silu_and_mul", "gelu_tanh_and_mul", "gelu_and_mul")):
             assert r.mix_mode == "aiv", name
 
 

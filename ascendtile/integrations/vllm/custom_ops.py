@@ -92,14 +92,13 @@ class AscendtileSiluAndMul(SiluAndMul):
 
 @_ours_on_every_device
 class AscendtileGeluAndMul(GeluAndMul):
-    """gelu_tanh(x[..., :d]) · x[..., d:] (approximate="tanh", Gemma's MLP): our gelu_tanh_and_mul.
-    The exact (erf) GELU has no op of ours yet: vLLM's own forward_native runs it."""
+    """gelu(x[..., :d]) · x[..., d:]: our gelu_and_mul for the exact erf GELU (approximate="none",
+    vLLM's default), our gelu_tanh_and_mul for approximate="tanh" (Gemma's MLP)."""
 
     def _ascendtile(self, x: torch.Tensor) -> torch.Tensor:
-        if self.approximate != "tanh":
-            return self.forward_native(x)
-        count("gelu_tanh_and_mul")
-        out = ops.gelu_tanh_and_mul(_as_rows(x))
+        name = "gelu_tanh_and_mul" if self.approximate == "tanh" else "gelu_and_mul"
+        count(name)
+        out = getattr(ops, name)(_as_rows(x))
         return out.view(*x.shape[:-1], out.shape[-1])
 
 

@@ -1,4 +1,4 @@
-"""silu_and_mul / gelu_tanh_and_mul: every MLP intermediate size."""
+"""silu_and_mul / gelu_tanh_and_mul / gelu_and_mul: every MLP intermediate size."""
 from __future__ import annotations
 
 from ascendtile.kernels.activation import ACTIVATIONS, block_for, gated_activation_kernel

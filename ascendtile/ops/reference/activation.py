@@ -1,4 +1,4 @@
-"""Reference: silu_and_mul, gelu_tanh_and_mul (act(gate) * up, computed in fp32)."""
+"""Reference: silu_and_mul, gelu_tanh_and_mul, gelu_and_mul (act(gate) * up, computed in fp32)."""
 from __future__ import annotations
 
 from typing import Callable
@@ -23,3 +23,7 @@ def silu_and_mul(out: torch.Tensor, input: torch.Tensor) -> None:
 
 def gelu_tanh_and_mul(out: torch.Tensor, input: torch.Tensor) -> None:
     _gated(out, input, lambda x: F.gelu(x, approximate="tanh"))
+
+
+def gelu_and_mul(out: torch.Tensor, input: torch.Tensor) -> None:
+    _gated(out, input, F.gelu)
