@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import ascendtile.ops as ak
+from ascendtile.ops.reference import scaled_mm as scaled_mm_reference
 from opchecks import compiles, op_contract_tests, raises_naming
 from tolerances import assert_close
 
@@ -20,7 +21,7 @@ GEMM_SHAPES = [(1, 256, 128), (33, 256, 496), (64, 971, 1024), (512, 2048, 1024)
 
 
 @pytest.mark.parametrize("m,k,n", GEMM_SHAPES)
-def test_scaled_mm_int32_exact(m, k, n):
+def test_scaled_mm_int32_exact(m, k, n, int8_gemm):
     a, w = _int8(m, k), _int8(n, k)  # nn.Linear layout: b = w.t() is column-major
     ones_m, ones_n = torch.ones(m, 1), torch.ones(n)
     got = ak.scaled_mm(a, w.t(), ones_m, ones_n, torch.float32)
@@ -28,7 +29,23 @@ def test_scaled_mm_int32_exact(m, k, n):
     assert torch.equal(got.double(), exact.double())  # |acc| < 2^24 here, so fp32 out is exact too
 
 
-def test_scaled_mm_worst_case_accumulator_is_exact():
+@pytest.fixture(params=["int_mm", "fp32_slices"])
+def int8_gemm(request, monkeypatch):
+    """Both CPU GEMMs of the reference: torch._int_mm (CPUs with int8 dot products) and exact fp32
+    K slices (the others), whichever this CPU has; yields the torch._int_mm calls made."""
+    calls = []
+    int_mm = torch._int_mm
+    monkeypatch.setattr(torch, "_int_mm", lambda a, b: calls.append(1) or int_mm(a, b))
+    monkeypatch.setattr(scaled_mm_reference, "cpu_has_int8_dot", lambda: request.param == "int_mm")
+    yield calls
+    assert bool(calls) == (request.param == "int_mm")
+
+
+def test_reference_gemm_follows_the_cpu():
+    assert scaled_mm_reference.cpu_has_int8_dot() == (torch.cpu._is_vnni_supported() or torch.cpu._is_amx_tile_supported())
+
+
+def test_scaled_mm_worst_case_accumulator_is_exact(int8_gemm):
     # Every product is 2^14: K = 2048 sums to 2^25, past fp32's exact integers in one GEMM.
     a = torch.full((3, 2048), -128, dtype=I8)
     b = torch.full((2048, 5), -128, dtype=I8)

@@ -1,8 +1,10 @@
 """References: scaled_mm, w8a8_linear (quantization as in reference/quant.py).
 
-On CPU this is the production path of W8A8 models, so the GEMM runs as fp32 matmuls over K
-slices that keep every partial sum exact (see `int8_matmul`): torch._int_mm measured 10-30x
-slower than fp32 matmul on this CPU.
+On CPU this is the production path of W8A8 models. With int8 dot products in hardware (VNNI or
+AMX) the GEMM is torch._int_mm (oneDNN's int8 GEMM, exact int32 sums): 3-5x faster than the fp32
+GEMM at SmolLM2's shapes on an AVX-512 VNNI CPU (bench/results/2026-11-25-int8-gemm.md). Without
+them (AVX2) torch._int_mm measured 10-30x slower than fp32 matmul, so the GEMM runs as fp32
+matmuls over K slices that keep every partial sum exact (`int8_matmul`).
 """
 from __future__ import annotations
 
@@ -16,10 +18,18 @@ EXACT_K_SLICE = 1024
 N_CHUNK = 512
 
 
+def cpu_has_int8_dot() -> bool:
+    """int8 dot products in hardware (AVX-512 VNNI or AMX): where torch._int_mm beats fp32."""
+    return torch.cpu._is_vnni_supported() or torch.cpu._is_amx_tile_supported()
+
+
 def int8_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Exact a [M, K] @ b [K, N] (int8 values, held as int8 or float) as int32: fp32 matmuls over
-    K slices of EXACT_K_SLICE, and over N_CHUNK columns of b so each converted slice of b stays
-    in cache (measured ~2x faster than converting the whole weight at decode sizes)."""
+    """Exact a [M, K] @ b [K, N] (int8 values, held as int8 or float) as int32: torch._int_mm on a
+    CPU with int8 dot products; elsewhere fp32 matmuls over K slices of EXACT_K_SLICE, and over
+    N_CHUNK columns of b so each converted slice of b stays in cache (measured ~2x faster than
+    converting the whole weight at decode sizes)."""
+    if a.device.type == "cpu" and cpu_has_int8_dot():
+        return torch._int_mm(a.to(torch.int8), b.to(torch.int8))
     af = a.float()
     m, k = af.shape
     n = b.shape[1]
