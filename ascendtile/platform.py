@@ -96,6 +96,17 @@ def isa_from_cpuinfo(cpuinfo: str) -> str:
     return " + ".join(f for f in ISA_FLAGS if f in flags) or "none"
 
 
+def cpu_has_bf16_dot() -> bool:
+    """bf16 dot products in hardware (AVX-512 BF16 or AMX): where a bf16 GEMM beats fp32. Without
+    them (AVX2) oneDNN refuses a bf16 weight reorder anyway."""
+    return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+
+
+def cpu_has_int8_dot() -> bool:
+    """int8 dot products in hardware (AVX-512 VNNI or AMX): where torch._int_mm beats fp32."""
+    return torch.cpu._is_vnni_supported() or torch.cpu._is_amx_tile_supported()
+
+
 @functools.lru_cache(maxsize=None)
 def cpu_isa() -> str:
     """This machine's CPU extensions (isa_from_cpuinfo), "unknown" without /proc/cpuinfo."""

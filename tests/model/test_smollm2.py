@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from ascendtile.model import LoadedModel, load_model, quantize_w8a8
-from ascendtile.model.layers.linear import cpu_has_bf16_dot
+from ascendtile.platform import cpu_has_bf16_dot
 from ascendtile.runtime.cli import DEMO_PROMPTS
 from embedded import NEW_TOKENS, SMOLLM2
 from model.helpers import PagedDriver, hf_logits

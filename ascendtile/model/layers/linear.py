@@ -6,11 +6,11 @@ Float: weight [N, K] in the model dtype, y = x·Wᵀ + b. On CPU with oneDNN, `p
        with bf16 dot products (AVX-512 BF16 or AMX), into oneDNN's blocked layout (weights of at
        least ONEDNN_MIN_WEIGHT_ELEMENTS; smaller ones lose to aten): fp32 1.2–2.7× faster than
        aten::mm on SmolLM2's decode shapes at 2 threads on AVX2, about even at 1 thread except the
-       LM head (bench/README.md); bf16 on AVX-512 BF16 1.2–1.9× (reference-facts, 576 → 1536). The packed copy sits beside
-       the weight (the weight stays the parameter state_dict and W8A8 conversion read); a weight
-       replaced or changed in place after packing is not stale-read: forward falls back to the
-       plain matmul until prepack() runs again (inference-mode weights carry no version
-       counter: only replacement is noticed for them).
+       LM head (bench/README.md); bf16 on AVX-512 BF16 1.2–1.9× (reference-facts, 576 → 1536).
+       The packed copy sits beside the weight (the weight stays the parameter state_dict and W8A8
+       conversion read); a weight replaced or changed in place after packing is not stale-read:
+       forward falls back to the plain matmul until prepack() runs again (inference-mode weights
+       carry no version counter: only replacement is noticed for them).
 W8A8:  weight int8 [N, K], weight_scale fp32 [N] (per output channel), input_scale fp32 [1]
        (static) or None (dynamic per-token); y = ascendtile.ops.w8a8_linear(...).
 """
@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import ascendtile.ops as ak
+from ascendtile.platform import cpu_has_bf16_dot
 
 # oneDNN picks its blocked layout for an expected row count; decode batches of 1 to a few dozen
 # rows are the CPU hot path, and a layout chosen for 32 rows measured as fast as one for 1 row at
@@ -55,12 +56,6 @@ class PackedWeight:
         # oneDNN's opaque tensor has no storage to copy: pack the copied weight (memo makes it the
         # copy's own parameter) so a deep-copied model keeps its fast path.
         return pack_weight(copy.deepcopy(self.source, memo))
-
-
-def cpu_has_bf16_dot() -> bool:
-    """bf16 dot products in hardware (AVX-512 BF16 or AMX): where a bf16 GEMM beats fp32. Without
-    them (AVX2) oneDNN refuses a bf16 reorder anyway."""
-    return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
 
 
 def pack_weight(weight: torch.Tensor) -> PackedWeight | None:

@@ -11,16 +11,12 @@ from __future__ import annotations
 import torch
 
 from ascendtile.ops.reference.quant import dynamic_symmetric, round_saturate
+from ascendtile.platform import cpu_has_int8_dot
 
 # |int8 x int8| <= 2^14, so a sum over 1024 products stays within 2^24, where fp32 holds every
 # integer exactly whatever the summation order: an fp32 GEMM over such a slice is exact.
 EXACT_K_SLICE = 1024
 N_CHUNK = 512
-
-
-def cpu_has_int8_dot() -> bool:
-    """int8 dot products in hardware (AVX-512 VNNI or AMX): where torch._int_mm beats fp32."""
-    return torch.cpu._is_vnni_supported() or torch.cpu._is_amx_tile_supported()
 
 
 def int8_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
