@@ -13,6 +13,7 @@ Level 3 traces exactly as level 2; its backend splits the graph at the attention
 """
 from __future__ import annotations
 
+import contextlib
 import types
 
 import torch
@@ -24,6 +25,7 @@ from ascendtile.compilation.backend import AscendBackend
 from ascendtile.compilation.config import CompilationConfig, CompilationLevel
 from ascendtile.compilation.piece_capture import CaptureSpec
 from ascendtile.model.attention_metadata import AttentionMetadata
+from ascendtile.ops._registry import trusted_calls
 
 
 class CompiledModel:
@@ -36,6 +38,12 @@ class CompiledModel:
                                       dynamic=True if once else None)
 
     def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor, attn_metadata: AttentionMetadata) -> torch.Tensor:
+        # A validated step's ops skip their validators inside the graph too (the eager model skips
+        # them through unchecked(); a graph calls the registered ops).
+        with trusted_calls() if attn_metadata.validated else contextlib.nullcontext():
+            return self._run(input_ids, positions, attn_metadata)
+
+    def _run(self, input_ids: torch.Tensor, positions: torch.Tensor, attn_metadata: AttentionMetadata) -> torch.Tensor:
         if self.config.level == CompilationLevel.DYNAMO_AS_IS:
             return self._forward(input_ids, positions, attn_metadata)
         # floats (eps, softmax scale) stay constants: symbolic ones make Inductor restart the trace.

@@ -125,3 +125,21 @@ def test_weights_made_in_inference_mode_pack_too():
         x = torch.randn(3, 48)
         assert linear.packed is not None and linear.packed.version is None
         torch.testing.assert_close(linear(x), F.linear(x, linear.weight, linear.bias))
+
+
+@needs_onednn
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(1, 48), (1, 1, 48), (2, 48), (33, 48)])
+def test_one_fp32_row_takes_aten_others_the_packed_weight(dtype, shape, monkeypatch):
+    if dtype == torch.bfloat16 and not linear_module.cpu_has_bf16_dot():
+        pytest.skip("bf16 packs only with bf16 dot products")
+    linear = _linear(dtype=dtype)
+    linear.prepack()
+    calls = []
+    pointwise = torch.ops.mkldnn._linear_pointwise
+    monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", lambda *a: calls.append(a) or pointwise(*a))
+    x = torch.randn(shape, dtype=dtype)
+    tol = {} if dtype == torch.float32 else {"rtol": 1.6e-2, "atol": 1e-2}
+    torch.testing.assert_close(linear(x), F.linear(x, linear.weight, linear.bias), **tol)
+    one_row = x.numel() == x.shape[-1]
+    assert len(calls) == (0 if one_row and dtype == torch.float32 else 1)

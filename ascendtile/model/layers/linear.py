@@ -75,11 +75,17 @@ def pack_weight(weight: torch.Tensor) -> PackedWeight | None:
 
 def float_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                  packed: PackedWeight | None) -> torch.Tensor:
-    """x·weightᵀ + bias, through the packed copy when it is still the weight's. Not while Dynamo
+    """x·weightᵀ + bias, through the packed copy when it is still the weight's, except for one fp32
+    row: a matrix-vector product reads the weight once either way, and aten's (MKL's gemv) skips
+    oneDNN's per-call primitive set-up (~25 µs): SmolLM2's 121 linears of a single-stream decode
+    step took 15.6 ms through aten against 18.4 ms packed (2026-11-25, avx512_bf16 machine, 2
+    threads, best of 8), while from 2 rows up packed won (bench/results/2026-11-25-single-stream.md).
+    bf16 stays packed: faster than aten at one row too. Not while Dynamo
     traces: the version check would be a data-dependent guard. A compiled graph gets its weights
     packed by Inductor's freezing instead at CPU level 2 (compilation/freeze.py); level 3's pieces
     are not frozen, so their linears run unpacked."""
-    if packed is not None and not torch.compiler.is_compiling() and packed.usable_for(weight, x):
+    if (packed is not None and not torch.compiler.is_compiling() and packed.usable_for(weight, x)
+            and not (x.dtype == torch.float32 and x.numel() == x.shape[-1])):
         return torch.ops.mkldnn._linear_pointwise(x, packed.packed, bias, "none", [], "")
     return F.linear(x, weight, bias)
 
