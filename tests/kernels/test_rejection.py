@@ -93,19 +93,19 @@ def _draw_residual(with_q: bool, n: int) -> None:
 
 
 def test_recovered_draw_follows_residual(small_blocks, triton_path):
-    _draw_residual(True, 600)
+    _draw_residual(True, 400)
 
 
 @pytest.mark.slow
 def test_recovered_draw_follows_residual_one_hot(small_blocks, triton_path):
-    _draw_residual(False, 600)
+    _draw_residual(False, 400)
 
 
 @pytest.mark.slow
 def test_first_token_follows_target(small_blocks, triton_path):
     """The kernels end to end, a one-hot draft at temperature 0.7: the emitted token ~ p."""
     p = sparse_probs(203, 0.7, seed=3, every=29)
-    n = 500
+    n = 400
     target = p.expand(n, -1)
     drafts = torch.full((n,), int(p.argmax()), dtype=I32)
     cu, seeds, steps = torch.arange(1, n + 1, dtype=I32), torch.arange(n, dtype=I64), torch.full((n,), 4, dtype=I64)
