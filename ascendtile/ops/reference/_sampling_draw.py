@@ -37,15 +37,16 @@ def _fmix32(h: torch.Tensor) -> torch.Tensor:
     return h ^ (h >> 16)
 
 
-def row_keys(seeds: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
-    """Per-row 32-bit keys (int64 [n]) from int64 seeds and steps [n], as kernels/_rng.row_key."""
+def row_keys(seeds: torch.Tensor, steps: torch.Tensor, salt: int = _STEP_SALT) -> torch.Tensor:
+    """Per-row 32-bit keys (int64 [n]) from int64 seeds and steps [n], as kernels/_rng.salted_key
+    (the default salt: sample_tokens' draw, kernels/_rng.row_key)."""
     lo, hi = seeds & _MASK32, (seeds >> 32) & _MASK32
-    return _fmix32(lo ^ _fmix32(hi ^ _fmix32((steps & _MASK32) ^ _STEP_SALT)))
+    return _fmix32(lo ^ _fmix32(hi ^ _fmix32((steps & _MASK32) ^ salt)))
 
 
-def uniforms(seeds: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
+def uniforms(seeds: torch.Tensor, steps: torch.Tensor, salt: int = _STEP_SALT) -> torch.Tensor:
     """One uniform in (0, 1) per row (fp64 [n], exact) from the top 24 bits of its key."""
-    return ((row_keys(seeds, steps) >> 8).to(torch.float64) + 0.5) / (1 << 24)
+    return ((row_keys(seeds, steps, salt) >> 8).to(torch.float64) + 0.5) / (1 << 24)
 
 
 def chunked(y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -98,9 +99,15 @@ def _before(cum: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 def _locate(chunks: torch.Tensor, top: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """Per row of chunks [r, m, CHUNK] (fp32, finite or -inf; top [r] its max), the first
     position (int64 [r], a row-major index) whose prefix sum of e exceeds u (fp64 [r]) times the
-    total. Each target stays below its total whatever the rounding: the pick has e > 0."""
-    rows = torch.arange(chunks.shape[0], device=chunks.device)
-    e = _exp(chunks, top[:, None, None])
+    total."""
+    return locate(_exp(chunks, top[:, None, None]), u)
+
+
+def locate(e: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Per row of weights e [r, m, CHUNK] (fp32 >= 0), the first position (int64 [r], a row-major
+    index) whose prefix sum exceeds u (fp64 [r]) times the row's total. Each target stays below
+    its total whatever the rounding, so the pick has e > 0 (a row of zeros: some position)."""
+    rows = torch.arange(e.shape[0], device=e.device)
     sums = e.sum(-1)
     cum = sums.cumsum(-1)
     total = cum[:, -1:]
