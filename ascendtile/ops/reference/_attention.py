@@ -7,8 +7,8 @@ tensors through cu_seqlens_k), in fp32. Scores cost B·H·Q·S floats, so a mixe
 into two padded groups, decode sequences (q_len 1) and the rest (prefill chunks), instead of
 padding every decode row to the longest prefill chunk: at most two vectorised passes per call.
 A decode batch (one query per sequence) skips the padded core: it gathers through the step's
-DecodePlan (_decode_plan.py), built once and reused by every layer, and attends with one bmm per
-KV head. These run on CPU only (devices launch the kernels), so reading lengths to the host is cheap.
+DecodePlan (_decode_plan.py), built once and reused by every layer, and attends with torch's fused
+attention (softcapped scores: one bmm per KV head). These run on CPU only (devices launch the kernels), so reading lengths to the host is cheap.
 
 Visibility of key j (0-based position in the sequence) to the query at absolute position p:
 j < kv_len and its block id in [0, num_blocks) (paged: an id outside hides the key, as in the
@@ -112,15 +112,19 @@ def _attend_group(query: torch.Tensor, group: DecodeGroup, key_cache: torch.Tens
     batch, heads, dim = query.shape
     kv_heads = key_cache.shape[2]
     k, v = group.gather(key_cache, "key").float(), group.gather(value_cache, "value").float()
+    if softcap <= 0:
+        # torch's fused CPU attention over the gathered rows (GQA-aware, strided K/V views): one
+        # call instead of the ~12 small ops below, ~30 µs less per layer at one sequence.
+        o = F.scaled_dot_product_attention(query.float()[:, :, None], k.transpose(1, 2), v.transpose(1, 2),
+                                           attn_mask=group.bias(window)[:, None], scale=scale, enable_gqa=True)
+        return o[:, :, 0].nan_to_num_(0.0)  # no visible key -> 0
     q = query.float().unflatten(1, (kv_heads, heads // kv_heads))
-    # One bmm per KV head against its strided [G, S, D] slice of the gathered rows: GQA without
-    # expanding K/V to every query head, and no copy of K/V into a head-major layout.
+    # Softcapped scores: one bmm per KV head against its strided [G, S, D] slice of the gathered
+    # rows: GQA without expanding K/V to every query head, and no copy of K/V into a head-major layout.
     scores = torch.empty(kv_heads, batch, q.shape[2], group.num_k)
     for h in range(kv_heads):
         torch.bmm(q[:, h], k[:, :, h].transpose(1, 2), out=scores[h])
-    scores.mul_(scale)
-    if softcap > 0:
-        scores = scores.div_(softcap).tanh_().mul_(softcap)
+    scores.mul_(scale).div_(softcap).tanh_().mul_(softcap)
     probs = torch.softmax(scores.add_(group.bias(window)), dim=-1)
     o = torch.empty(kv_heads, batch, q.shape[2], dim)
     for h in range(kv_heads):
