@@ -10,8 +10,8 @@ by the end of the history, and acceptance rates compare with vLLM's (the same dr
 function on 9000 random histories, checked 2026-11-25 with vLLM's venv). An occurrence may overlap
 the suffix itself (not be it): in a run "a a a a", the last "a a" is found at the start.
 
-The lookup keeps the end positions of the occurrences of the last L tokens and narrows them with
-one vectorised compare per L = 1, 2, ..., prompt_lookup_max (stopping when none is left):
+The lookup keeps the end positions of the occurrences of the last n tokens and narrows them with
+one vectorised compare per n = 1, 2, ..., prompt_lookup_max (stopping when none is left):
 O(len) for L = 1, then only over the survivors, which shrink quickly on real text (the worst
 case, one id repeated, is prompt_lookup_max passes over the whole history).
 
@@ -35,6 +35,8 @@ from ascendtile.runtime.speculative_config import SpeculativeConfig
 
 
 class NgramProposer:
+    """Drafts from config: k = num_speculative_tokens, n in [prompt_lookup_min, prompt_lookup_max]."""
+
     def __init__(self, config: SpeculativeConfig) -> None:
         if not isinstance(config, SpeculativeConfig):
             raise TypeError(f"config: expected a SpeculativeConfig, got {type(config).__name__}")
@@ -55,7 +57,7 @@ class NgramProposer:
         total = tokens.shape[0]
         if k <= 0 or total <= self.min_n:  # an occurrence other than the suffix needs total > n
             return []
-        # ends[i]: the end position of an occurrence of the last L tokens, before the last position
+        # ends: the end positions (ascending, before the last position) of the occurrences of the last n tokens
         ends = np.flatnonzero(tokens[:-1] == tokens[-1])
         found = -1
         for n in range(1, min(self.max_n, total - 1) + 1):
