@@ -12,7 +12,7 @@ the suffix itself (not be it): in a run "a a a a", the last "a a" is found at th
 
 The lookup keeps the end positions of the occurrences of the last n tokens and narrows them with
 one vectorised compare per n = 1, 2, ..., prompt_lookup_max (stopping when none is left):
-O(len) for L = 1, then only over the survivors, which shrink quickly on real text (the worst
+O(len) for n = 1, then only over the survivors, which shrink quickly on real text (the worst
 case, one id repeated, is prompt_lookup_max passes over the whole history).
 
 Measured 2026-11-25 (CPU with avx512_bf16 and avx2, 2 shared cores, numpy 2.2.6), ms per
