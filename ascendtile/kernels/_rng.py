@@ -26,17 +26,30 @@ def fmix32(h):
 
 
 @triton.jit
-def row_key(seed, step):
-    """Scalar int32 key of one row from its int64 seed and int64 step."""
+def salted_key(seed, step, salt):
+    """Scalar int32 key from an int64 seed and int64 step; a distinct salt per use keeps the draws of
+    one (seed, step) independent of each other (sampling's draw, rejection's acceptance and
+    recovered draw)."""
     seed_lo = seed.to(tl.int32)
     seed_hi = (seed >> 32).to(tl.int32)
-    return fmix32(seed_lo ^ fmix32(seed_hi ^ fmix32(step.to(tl.int32) ^ STEP_SALT)))
+    return fmix32(seed_lo ^ fmix32(seed_hi ^ fmix32(step.to(tl.int32) ^ salt)))
+
+
+@triton.jit
+def row_key(seed, step):
+    """Scalar int32 key of one sampled row (sample_tokens)."""
+    return salted_key(seed, step, STEP_SALT)
+
+
+@triton.jit
+def unit_uniform(h):
+    """u = (the top 23 bits of the int32 hash h + 0.5) / 2^23 in (0, 1): exact in fp32, never 0 or 1."""
+    return (((h >> 9) & 0x7FFFFF).to(tl.float32) + 0.5) * (1.0 / 8388608.0)
 
 
 @triton.jit
 def gumbel(key, cols):
-    """Gumbel noise -log(-log(u)) at int32 vocab positions `cols`; u = (23 random bits + 0.5) / 2^23
-    lies in (0, 1), never 0 or 1, so the noise is always finite (no 0/0 on an exact-0 draw)."""
-    h = fmix32((cols * GOLDEN) ^ key)
-    u = (((h >> 9) & 0x7FFFFF).to(tl.float32) + 0.5) * (1.0 / 8388608.0)
+    """Gumbel noise -log(-log(u)) at int32 vocab positions `cols`; u (unit_uniform) is never 0 or 1,
+    so the noise is always finite (no 0/0 on an exact-0 draw)."""
+    u = unit_uniform(fmix32((cols * GOLDEN) ^ key))
     return -tl.log(-tl.log(u))

@@ -16,6 +16,7 @@ from ascendtile.ops.mask import causal_mask
 from ascendtile.ops.mla import mla_attention
 from ascendtile.ops.norm import fused_add_rms_norm, rms_norm
 from ascendtile.ops.quant import dynamic_scaled_int8_quant, static_scaled_int8_quant
+from ascendtile.ops.rejection import rejection_greedy_sample, rejection_random_sample, sample_recovered_tokens
 from ascendtile.ops.rope import rotary_embedding
 from ascendtile.ops.sampling import (
     apply_penalties, gather_logprobs, process_logits, sample_tokens, update_token_counts,
@@ -31,4 +32,5 @@ __all__ = [
     "rms_norm_dynamic_per_token_quant", "rms_norm_static_int8_quant", "fused_add_rms_norm_static_int8_quant",
     "silu_and_mul_quant",
     "apply_penalties", "process_logits", "sample_tokens", "update_token_counts", "gather_logprobs",
+    "rejection_greedy_sample", "sample_recovered_tokens", "rejection_random_sample",
 ]

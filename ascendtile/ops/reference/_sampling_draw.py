@@ -37,15 +37,16 @@ def _fmix32(h: torch.Tensor) -> torch.Tensor:
     return h ^ (h >> 16)
 
 
-def row_keys(seeds: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
-    """Per-row 32-bit keys (int64 [n]) from int64 seeds and steps [n], as kernels/_rng.row_key."""
+def row_keys(seeds: torch.Tensor, steps: torch.Tensor, salt: int = _STEP_SALT) -> torch.Tensor:
+    """Per-row 32-bit keys (int64 [n]) from int64 seeds and steps [n], as kernels/_rng.salted_key
+    (the default salt: sample_tokens' draw, kernels/_rng.row_key)."""
     lo, hi = seeds & _MASK32, (seeds >> 32) & _MASK32
-    return _fmix32(lo ^ _fmix32(hi ^ _fmix32((steps & _MASK32) ^ _STEP_SALT)))
+    return _fmix32(lo ^ _fmix32(hi ^ _fmix32((steps & _MASK32) ^ salt)))
 
 
-def uniforms(seeds: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
+def uniforms(seeds: torch.Tensor, steps: torch.Tensor, salt: int = _STEP_SALT) -> torch.Tensor:
     """One uniform in (0, 1) per row (fp64 [n], exact) from the top 24 bits of its key."""
-    return ((row_keys(seeds, steps) >> 8).to(torch.float64) + 0.5) / (1 << 24)
+    return ((row_keys(seeds, steps, salt) >> 8).to(torch.float64) + 0.5) / (1 << 24)
 
 
 def chunked(y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
