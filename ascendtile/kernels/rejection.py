@@ -18,7 +18,7 @@ from ascendtile.kernels._reduce import fast_max, fast_min
 from ascendtile.kernels._rng import gumbel, salted_key, unit_uniform
 from ascendtile.platform import grid_size
 
-BLOCK = 2048  # fp32 vocabulary chunk of the recovered draw
+BLOCK = 1024  # fp32 vocabulary chunk of the recovered draw (2048 plans 185 KB of UB)
 NO_INDEX = tl.constexpr(16777216.0)  # 2^24: above any vocabulary position, exact in fp32
 PLACEHOLDER = tl.constexpr(-1)
 # ascendtile/ops/reference/rejection.py holds the same; sample_tokens' salt is _rng.STEP_SALT.

@@ -99,9 +99,15 @@ def _before(cum: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 def _locate(chunks: torch.Tensor, top: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """Per row of chunks [r, m, CHUNK] (fp32, finite or -inf; top [r] its max), the first
     position (int64 [r], a row-major index) whose prefix sum of e exceeds u (fp64 [r]) times the
-    total. Each target stays below its total whatever the rounding: the pick has e > 0."""
-    rows = torch.arange(chunks.shape[0], device=chunks.device)
-    e = _exp(chunks, top[:, None, None])
+    total."""
+    return locate(_exp(chunks, top[:, None, None]), u)
+
+
+def locate(e: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Per row of weights e [r, m, CHUNK] (fp32 >= 0), the first position (int64 [r], a row-major
+    index) whose prefix sum exceeds u (fp64 [r]) times the row's total. Each target stays below
+    its total whatever the rounding, so the pick has e > 0 (a row of zeros: some position)."""
+    rows = torch.arange(e.shape[0], device=e.device)
     sums = e.sum(-1)
     cum = sums.cumsum(-1)
     total = cum[:, -1:]

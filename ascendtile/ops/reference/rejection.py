@@ -4,14 +4,16 @@ Every request's row is computed at once over a [B, width] grid of output slots: 
 r reads draft position cu[r - 1] + j while j is below its draft count, and the accepted prefix's
 length (a cumprod of the accept flags) places the emitted tokens. The acceptance uniform is the
 kernel's bit for bit (kernels/_rng.py: unit_uniform of salted_key), so both paths accept the same
-drafts. The recovered draw is sampling's inverse-CDF draw (_sampling_draw.py) over the logits
-log(max(p - q, 0)): one uniform per position, hashed from (seed, step) with RECOVER_SALT.
+drafts. The recovered draw is an inverse-CDF draw (_sampling_draw.locate, sampling's, on the
+weights max(p - q, 0) themselves): one uniform per position, hashed from (seed, step) with
+RECOVER_SALT, located in the residual's prefix sums in vocabulary order.
 """
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
-from ascendtile.ops.reference._sampling_draw import chunked, draw, row_keys, settled, uniforms
+from ascendtile.ops.reference._sampling_draw import CHUNK, locate, row_keys, uniforms
 
 PLACEHOLDER = -1
 ACCEPT_SALT = 0x6A09E667  # kernels/rejection.py holds the same; sample_tokens' is 0x2545F491
@@ -87,10 +89,10 @@ def sample_recovered_tokens(recovered_token_ids: torch.Tensor, cu_num_draft_toke
     else:
         residual = target_probs - draft_probs
     residual = torch.where(residual > 0, residual, 0.0)  # NaN reads as 0 too
-    logits = residual.log_()
-    chunks, maxima = settled(*chunked(logits))
-    token = draw(chunks, maxima, uniforms(seeds[_requests(cu_num_draft_tokens, tokens)], steps, RECOVER_SALT))
-    empty = maxima.amax(-1) == float("-inf")
+    pad = -vocab % CHUNK
+    chunks = (F.pad(residual, (0, pad)) if pad else residual).view(tokens, -1, CHUNK)
+    token = locate(chunks, uniforms(seeds[_requests(cu_num_draft_tokens, tokens)], steps, RECOVER_SALT))
+    empty = ~(residual > 0).any(-1)
     recovered_token_ids.copy_(torch.where(empty, torch.where(valid, drafts, 0), token))
 
 
