@@ -201,7 +201,7 @@ EMBEDDED_GREEDY = SamplingParams(temperature=0, max_tokens=24)
 
 
 def _embedded_prompts() -> list[str]:
-    prompts = [REPEATING[i % 4] + " " * (i // 8) if i % 2 == 0 else PLAIN[i % 4] + " " * (i // 8) for i in range(32)]
+    prompts = [f"Example {i // 8}: " + (REPEATING if i % 2 == 0 else PLAIN)[i // 2 % 4] for i in range(32)]
     assert len(set(prompts)) == 32
     return prompts
 
