@@ -3,7 +3,8 @@
 without penalties and logprobs, is token for token the output without speculation — batched,
 alone, in small prefill chunks and through preemption — with drafts proposed and accepted; a
 seeded sampled request draws the same tokens alone, batched and after preemption; a top_k=1
-sampled request (the random rejection path with one-hot targets) emits the greedy tokens; stop
+sampled request (the random rejection path with one-hot targets) emits the greedy tokens; the
+RejectionSampler's emitted tokens follow the processed target distributions (4000 seeds); stop
 tokens and max_tokens cut inside a multi-token step; blocks committed to the prefix cache hold
 accepted tokens only; bad configs name the field. On the embedded SmolLM2 and Gemma 3: greedy
 equality on 32 prompts (repeating and plain), alone, chunked and preempted, and stop strings."""
@@ -248,3 +249,37 @@ def test_smollm2_stop_string_inside_a_step(smollm2):
     assert (spec.outputs[0].text, spec.outputs[0].token_ids, spec.outputs[0].stop_reason) == \
         (plain.text, plain.token_ids, stop)
     assert 0.0 in spec.per_token_latency
+
+
+def test_rejection_sampler_emits_the_target_distribution():
+    """4000 seeded requests, each verifying draft 2 against the target rows p0 (draft position)
+    and p1 (bonus) at temperature 0.7 with top-k 4: the first emitted token follows p0 (accepted
+    drafts and recovered tokens together), the second (after an accepted draft) follows p1 —
+    each frequency within 4.5 standard deviations, the filtered tokens never."""
+    from ascendtile.runtime.rejection_sampler import RejectionSampler
+    from ascendtile.runtime.sampler import Sampler
+    from ascendtile.runtime.sequence import Sequence
+
+    n, temperature = 4000, 0.7
+    rows = torch.tensor([[1.0, 2.0, 0.5, 1.5, -1.0, 0.0], [0.2, -0.5, 1.0, 0.0, 2.0, 0.3]])
+    sampler = Sampler(torch.device("cpu"))
+    seqs = []
+    for i in range(n):
+        seq = Sequence(i, [3, 1], SamplingParams(temperature=temperature, top_k=4, seed=i, max_tokens=8), 64)
+        sampler.add(seq)
+        seqs.append(seq)
+    emitted, _ = RejectionSampler(sampler)(rows.repeat(n, 1), seqs, [[2]] * n)
+    targets = []
+    for row in rows:
+        kept = row.topk(4).indices
+        p = torch.zeros(6)
+        p[kept] = torch.softmax(row[kept] / temperature, 0)
+        targets.append(p)
+    first = torch.bincount(torch.tensor([e[0] for e in emitted]), minlength=6).double()
+    second = torch.bincount(torch.tensor([e[1] for e in emitted if len(e) == 2]), minlength=6).double()
+    accepted = int(second.sum())
+    assert abs(accepted - n * targets[0][2]) < 4.5 * (n * targets[0][2] * (1 - targets[0][2])) ** 0.5
+    for counts, p in ((first, targets[0]), (second, targets[1])):
+        total = counts.sum()
+        sigma = (total * p * (1 - p)).sqrt()
+        assert ((counts - total * p).abs() <= 4.5 * sigma + 1e-9).all(), (counts.tolist(), (total * p).tolist())
