@@ -39,7 +39,8 @@ def _at(values: torch.Tensor, index: torch.Tensor, in_drafts: torch.Tensor, fill
     return torch.where(in_drafts, values[index], fill)
 
 
-def _rows(accepted: torch.Tensor, in_drafts: torch.Tensor, drafts: torch.Tensor, rejected_token: torch.Tensor, bonus_token_ids: torch.Tensor) -> torch.Tensor:
+def _rows(accepted: torch.Tensor, in_drafts: torch.Tensor, drafts: torch.Tensor, rejected_token: torch.Tensor,
+          bonus_token_ids: torch.Tensor) -> torch.Tensor:
     """The output rows: the accepted prefix's drafts, then rejected_token at the first rejection
     or the bonus after all drafts, then PLACEHOLDER."""
     kept = accepted.int().cumprod(-1).sum(-1, keepdim=True)  # the accepted prefix's length
