@@ -47,6 +47,11 @@ def _common(parser: argparse.ArgumentParser) -> None:
                         "to stderr")
     parser.add_argument("--tensor-parallel-size", type=int, default=1,
                         help="N > 1: the model split over N ranks (spawned worker processes, or the torchrun launch)")
+    add_speculative_arguments(parser)
+
+
+def add_speculative_arguments(parser: argparse.ArgumentParser) -> None:
+    """--speculative-method and the fields of LLM's speculative_config (also on `bench e2e`)."""
     spec = parser.add_argument_group("speculative decoding (vLLM's speculative_config fields)")
     spec.add_argument("--speculative-method", choices=("ngram",), default=None,
                       help="ngram: prompt-lookup drafts verified each step (off when not given)")
@@ -59,7 +64,7 @@ SPECULATIVE_FLAGS = {"num_speculative_tokens": "--num-speculative-tokens", "prom
                      "prompt_lookup_max": "--prompt-lookup-max"}
 
 
-def _speculative_config(args: argparse.Namespace) -> dict | None:
+def speculative_config_from_args(args: argparse.Namespace) -> dict | None:
     """The flags as LLM's speculative_config, checked (SpeculativeConfig's errors, named by flag)."""
     from ascendtile.runtime.speculative_config import SpeculativeConfig
 
@@ -93,7 +98,7 @@ def _checked_params(args: argparse.Namespace) -> SamplingParams:
 
     params = SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens,
                             seed=args.seed)
-    args.speculative_config = _speculative_config(args)
+    args.speculative_config = speculative_config_from_args(args)
     if args.chat and not chat_template(args.model):
         raise ValueError(f"--chat: model {args.model!r} has no chat template (a base model?); drop --chat and write "
                          "the prompt in the model's own turn format")
@@ -104,8 +109,8 @@ def _run(args: argparse.Namespace, params: SamplingParams) -> int:
     from ascendtile.runtime.llm import LLM
 
     llm = LLM(args.model, dtype=args.dtype, max_model_len=args.max_model_len, quantization=args.quantize,
-              graph=args.graph, compilation_config=args.compilation_level, tensor_parallel_size=args.tensor_parallel_size,
-              speculative_config=args.speculative_config)
+              graph=args.graph, compilation_config=args.compilation_level,
+              tensor_parallel_size=args.tensor_parallel_size, speculative_config=args.speculative_config)
     use_tqdm = len(args.prompt) > 1
     if args.chat:
         outputs = llm.chat([[{"role": "user", "content": p}] for p in args.prompt], params, use_tqdm=use_tqdm)

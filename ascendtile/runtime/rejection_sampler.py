@@ -104,7 +104,8 @@ class RejectionSampler:
         for col in range(max(len(e) for e in emitted)):
             rows = [r if r >= 0 and col < len(e) else -1 for r, e in zip(count_rows, emitted)]
             ids = [e[col] if col < len(e) else 0 for e in emitted]
-            update_token_counts(self.sampler.counts.output_counts, torch.tensor(rows, dtype=torch.int32).to(self.device),
+            update_token_counts(self.sampler.counts.output_counts,
+                                torch.tensor(rows, dtype=torch.int32).to(self.device),
                                 torch.tensor(ids, dtype=torch.int32).to(self.device))
 
     def _logprobs(self, raw: torch.Tensor | None, batch: SamplingBatch, emitted: list[list[int]],

@@ -56,7 +56,8 @@ def token_ids(outputs) -> list[list[int]]:
 def assert_accepted(llm: LLM) -> None:
     metrics = llm.spec_decode_metrics
     assert metrics.num_draft_tokens > 0 and metrics.num_accepted_tokens > 0, metrics
-    assert 0 < metrics.acceptance_rate <= 1 and 1 < metrics.mean_acceptance_length <= 1 + NGRAM["num_speculative_tokens"]
+    assert 0 < metrics.acceptance_rate <= 1
+    assert 1 < metrics.mean_acceptance_length <= 1 + NGRAM["num_speculative_tokens"]
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +113,8 @@ def test_top_k_1_sampling_takes_the_random_path_to_the_greedy_tokens(tiny, tiny_
 def test_seeded_sampling_alone_batched_and_preempted(tiny):
     prompts = _prompts()
     params = [SamplingParams(temperature=0.3 if i % 3 else 1.0, top_p=0.9, max_tokens=30, ignore_eos=True,
-                             seed=100 + i, **({"repetition_penalty": 1.2} if i % 2 else {})) for i in range(len(prompts))]
+                             seed=100 + i, **({"repetition_penalty": 1.2} if i % 2 else {}))
+              for i in range(len(prompts))]
     batched, llm = generate(tiny, prompts, params, spec=True)
     assert_accepted(llm)
     preempted, llm = generate(tiny, prompts, params, spec=True, num_kv_blocks=30)
