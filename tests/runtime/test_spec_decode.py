@@ -192,6 +192,18 @@ def test_device_graphs_are_refused():
         Engine(None, None, set(), config)
 
 
+@pytest.mark.slow
+def test_tensor_parallel_ranks_speculate_too(tiny, tiny_greedy):
+    """Two spawned ranks get the speculative_config with the EngineArgs; rank 0's counts come back
+    in the call's stats."""
+    llm = LLM(tiny, **TINY_ARGS, speculative_config=NGRAM, tensor_parallel_size=2)
+    try:
+        assert token_ids(llm.generate(_prompts()[:3], GREEDY, use_tqdm=False)) == tiny_greedy[0][:3]
+        assert_accepted(llm)
+    finally:
+        llm.shutdown()
+
+
 # The embedded models: greedy equality where real text repeats (code, lists) and where it does not.
 REPEATING = ["def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef mul(a, b):\n",
              "Monday, Tuesday, Wednesday, Thursday, Friday, Monday, Tuesday, Wednesday,",
