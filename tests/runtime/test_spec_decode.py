@@ -6,7 +6,8 @@ seeded sampled request draws the same tokens alone, batched and after preemption
 sampled request (the random rejection path with one-hot targets) emits the greedy tokens; the
 RejectionSampler's emitted tokens follow the processed target distributions (4000 seeds); stop
 tokens and max_tokens cut inside a multi-token step; blocks committed to the prefix cache hold
-accepted tokens only; bad configs name the field. On the embedded SmolLM2 and Gemma 3: greedy
+accepted tokens only; the scheduler's draft budgeting rules; spawned tensor-parallel ranks
+speculate; bad configs name the field and device graphs are refused. On the embedded SmolLM2 and Gemma 3: greedy
 equality on 32 prompts (repeating and plain), alone, chunked and preempted, and stop strings."""
 from __future__ import annotations
 
@@ -169,6 +170,43 @@ def test_prefix_cache_holds_accepted_tokens_only(tiny):
     full = seqs[1].token_ids
     again = llm.generate(full, SamplingParams(temperature=0, max_tokens=2), use_tqdm=False)[0]
     assert again.metrics.num_cached_tokens == (len(full) - 1) // 4 * 4
+
+
+def test_scheduler_budgets_drafts_without_cutting_them_for_the_batch():
+    """A recompute whose last chunk cannot take its drafts stops one token short (the drafts wait
+    for the next step, whole); a decode whose 1 + drafts exceed the budget gets the drafts that
+    fit; the blocks cover the drafts; no drafts before the first output token."""
+    from ascendtile.runtime.block_manager import BlockManager
+    from ascendtile.runtime.drafter import Drafter
+    from ascendtile.runtime.scheduler import Scheduler
+    from ascendtile.runtime.sequence import Sequence
+
+    config = SpeculativeConfig(method="ngram", num_speculative_tokens=3, prompt_lookup_min=1, prompt_lookup_max=1)
+
+    def schedule(budget: int, outputs: int):
+        seq = Sequence(0, [1, 2, 1, 2, 1, 2], SamplingParams(max_tokens=20), 64)
+        for token in [1] * outputs:
+            seq.append_token(token, None, 0.0)
+        bm = BlockManager(64, 4)
+        scheduler = Scheduler(bm, 1, budget, drafter=Drafter(config))
+        scheduler.add(seq)
+        return scheduler.schedule(), seq, bm
+
+    batch, seq, _ = schedule(10, outputs=0)
+    assert batch.num_new_tokens == [6] and batch.draft_token_ids == [[]]  # a first prefill: no drafts
+    batch, seq, _ = schedule(10, outputs=1)  # history 1 2 1 2 1 2 1: "1" first at 0, drafts 2 1 2
+    assert batch.num_new_tokens == [7] and batch.draft_token_ids == [[2, 1, 2]] and batch.num_tokens == 10
+    assert len(seq.block_table) == 3  # 10 tokens in blocks of 4
+    batch, seq, _ = schedule(9, outputs=1)
+    assert batch.num_new_tokens == [6] and batch.draft_token_ids == [[]]
+    scheduler = Scheduler(BlockManager(64, 4), 1, 2, drafter=Drafter(config))
+    seq = Sequence(1, [1, 2, 1, 2, 1, 2], SamplingParams(max_tokens=20), 64)
+    scheduler.add(seq)
+    while seq.num_uncomputed:  # the prompt in chunks of 2
+        seq.advance(scheduler.schedule().num_new_tokens[0])
+    seq.append_token(1, None, 0.0)
+    batch = scheduler.schedule()  # a decode: 1 token + 1 of its 3 drafts fit the budget of 2
+    assert batch.num_new_tokens == [1] and batch.draft_token_ids == [[2]]
 
 
 @pytest.mark.parametrize("value, match", [
