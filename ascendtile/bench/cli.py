@@ -6,6 +6,8 @@ import argparse
 import importlib
 from pathlib import Path
 
+from ascendtile.runtime.cli import add_speculative_arguments
+
 DEFAULT_OUT = Path("bench/out")
 
 
@@ -57,6 +59,7 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
                      "the warm-up run; compiles and seconds go to the table and JSON)")
     e2e.add_argument("--tensor-parallel-size", type=int, default=1,
                      help="ours on N spawned ranks; reports the bytes all-reduced / all-gathered per decode step")
+    add_speculative_arguments(e2e)
     e2e.set_defaults(func=_route("e2e"))
 
     host = which.add_parser("host", help="scheduler + input preparation + sampling per decode step, model stubbed out")

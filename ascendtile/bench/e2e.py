@@ -36,6 +36,7 @@ from ascendtile.bench.peers import RunResult, llamacpp_available, run_hf, run_ll
 from ascendtile.bench.report import format_table, write_json
 from ascendtile.compilation import CompiledModel
 from ascendtile.model import model_path
+from ascendtile.runtime.cli import speculative_config_from_args
 
 QUICK = {"num_prompts": 2, "input_len": 8, "output_len": 4}
 # Token ids below this are the special/control tokens of the GGUF vocabularies we ship; prompts
@@ -160,9 +161,10 @@ def compilation_record(model: torch.nn.Module | CompiledModel | None, level: int
 
 def run(model: str, num_prompts: int, input_len: int, output_len: int, dtype: str, compare: list[str], out_dir: Path,
         temperature: float = 0.0, top_p: float = 1.0, compilation_level: int = 0, tensor_parallel_size: int = 1,
-        vllm_interpreter: Path | None = None, vllm_eager: bool = False) -> dict:
+        vllm_interpreter: Path | None = None, vllm_eager: bool = False, speculative_config: dict | None = None) -> dict:
     """vllm_interpreter: the Python of vLLM's venv (default: see peers.vllm_python); vllm_eager:
-    the vLLM peers with enforce_eager (else vLLM's default compilation, its fastest setting)."""
+    the vLLM peers with enforce_eager (else vLLM's default compilation, its fastest setting);
+    speculative_config: ours with LLM's speculative_config (the peers without)."""
     from ascendtile.runtime import LLM
 
     path = model_path(model)
@@ -171,12 +173,18 @@ def run(model: str, num_prompts: int, input_len: int, output_len: int, dtype: st
     # would skip its prefill (the peers have no such cache), so every run starts cold.
     llm = LLM(model=model, dtype=DTYPES[dtype], max_num_seqs=num_prompts,
               max_num_batched_tokens=max_num_batched_tokens, compilation_config=compilation_level,
-              tensor_parallel_size=tensor_parallel_size, enable_prefix_caching=False)
+              tensor_parallel_size=tensor_parallel_size, enable_prefix_caching=False,
+              speculative_config=speculative_config)
     params = llm.num_parameters
     prompts = synthetic_prompts(num_prompts, input_len, llm.model_config.vocab_size)
     sampled = temperature > 0
     ours = _greedy_only(run_ours(llm, prompts, output_len, temperature, top_p), sampled)
     num_preemptions = llm.last_stats.num_preemptions  # of the measured generate() call
+    spec = llm.spec_decode_metrics
+    spec_decode = None if spec is None else {
+        "config": speculative_config, "num_drafts": spec.num_drafts, "num_draft_tokens": spec.num_draft_tokens,
+        "num_accepted_tokens": spec.num_accepted_tokens, "acceptance_rate": spec.acceptance_rate,
+        "mean_acceptance_length": spec.mean_acceptance_length, "summary": spec.describe()}
     collectives = None
     if tensor_parallel_size > 1:
         ours.notes.append(f"tensor parallel size {tensor_parallel_size} (spawned ranks)")
@@ -213,6 +221,7 @@ def run(model: str, num_prompts: int, input_len: int, output_len: int, dtype: st
         "benchmark": "e2e", "model": str(path), "dtype": dtype, "num_prompts": num_prompts, "input_len": input_len,
         "output_len": output_len, "temperature": temperature, "top_p": top_p, "num_preemptions": num_preemptions,
         "compilation": compilation, "tensor_parallel_size": tensor_parallel_size, "collectives": collectives,
+        "spec_decode": spec_decode,
         "rows": [summarise(r, ours) for r in results], "skipped": skipped,
         "roof": compute_roof(params, ours, DTYPES[dtype]), "device": platform.device_kind(), "isa": platform.cpu_isa(),
     }
@@ -237,6 +246,8 @@ def table(record: dict) -> str:
         f"compute roof: {roof['gemm_gflops']:,.1f} GFLOP/s GEMM ({roof['peak_source']}) / (2 x {roof['params'] / 1e6:,.1f} M params)"
         f" = {roof['roof_tok_s']:,.0f} tokens/s; ours {roof['ours_total_tok_s_frac_of_roof']:.1%} of it (total tokens)",
     ]
+    if record.get("spec_decode"):
+        lines.append(f"ascendtile {record['spec_decode']['summary']}")
     traffic = record.get("collectives")
     if traffic:
         step, token = traffic["per_decode_step"], traffic["per_output_token"]
@@ -254,7 +265,7 @@ def main(args: argparse.Namespace) -> int:
     record = run(args.model, dtype=args.dtype or default_dtype(), compare=args.compare, out_dir=args.out,
                  temperature=args.temperature, top_p=args.top_p, compilation_level=args.compilation_level,
                  tensor_parallel_size=args.tensor_parallel_size, vllm_interpreter=args.vllm_python,
-                 vllm_eager=args.vllm_mode == "eager", **sizes)
+                 vllm_eager=args.vllm_mode == "eager", speculative_config=speculative_config_from_args(args), **sizes)
     print(table(record))
     print(f"wrote {args.out / 'e2e.json'}")
     return 0

@@ -13,6 +13,11 @@ The BlockManager reads sequences (token ids, block table, computed count) but ne
 allocate and append hand back block ids, which the scheduler gives to the sequence
 (Sequence.assign_blocks / extend_blocks); after free_seq the scheduler has the sequence forget
 its table (Sequence.release_blocks / reset_for_recompute).
+
+Speculative decoding: `lookahead` blocks room for a step's draft tokens beyond the sequence's
+tokens. Blocks that end up holding only rejected drafts stay in the table, allocated but never
+committed (commit hashes only full blocks of computed, i.e. accepted, tokens); the next step's
+writes reuse their slots, and free_seq returns them with the rest.
 """
 from __future__ import annotations
 
@@ -75,27 +80,29 @@ class BlockManager:
             hits.append(block)
         return hits
 
-    def _allocation_cost(self, seq: Sequence) -> tuple[list[int], int]:
+    def _allocation_cost(self, seq: Sequence, lookahead: int) -> tuple[list[int], int]:
         hits = self.match_prefix(seq.token_ids)
         revived = sum(1 for b in hits if self.ref_counts[b] == 0)
-        return hits, self.blocks_for(len(seq)) - len(hits) + revived
+        return hits, self.blocks_for(len(seq) + lookahead) - len(hits) + revived
 
-    def can_allocate(self, seq: Sequence, reserve: int = 0) -> bool:
-        """Whether seq's blocks can be allocated with at least `reserve` blocks still free after."""
-        return self._allocation_cost(seq)[1] + reserve <= len(self.free)
+    def can_allocate(self, seq: Sequence, reserve: int = 0, lookahead: int = 0) -> bool:
+        """Whether seq's blocks (and `lookahead` draft tokens') can be allocated with at least
+        `reserve` blocks still free after."""
+        return self._allocation_cost(seq, lookahead)[1] + reserve <= len(self.free)
 
-    def allocate(self, seq: Sequence) -> Allocation:
-        """Blocks for all of seq's tokens, reusing cached prefix blocks, and the number of tokens
-        whose KV those already hold. The caller hands them to seq (Sequence.assign_blocks)."""
+    def allocate(self, seq: Sequence, lookahead: int = 0) -> Allocation:
+        """Blocks for all of seq's tokens plus `lookahead` draft tokens, reusing cached prefix
+        blocks, and the number of tokens whose KV those already hold. The caller hands them to seq
+        (Sequence.assign_blocks)."""
         assert not seq.block_table, "allocate: sequence already holds blocks"
-        hits, cost = self._allocation_cost(seq)
+        hits, cost = self._allocation_cost(seq, lookahead)
         if cost > len(self.free):
             raise RuntimeError(f"allocate: need {cost} free KV blocks, {len(self.free)} left")
         for block in hits:
             if self.ref_counts[block] == 0:
                 del self.free[block]
             self.ref_counts[block] += 1
-        blocks = hits + [self._take_free() for _ in range(self.blocks_for(len(seq)) - len(hits))]
+        blocks = hits + [self._take_free() for _ in range(self.blocks_for(len(seq) + lookahead) - len(hits))]
         self.num_hashed[seq.seq_id] = len(hits)
         return Allocation(blocks, len(hits) * self.block_size)
 
@@ -109,13 +116,13 @@ class BlockManager:
         self.ref_counts[block] = 1
         return block
 
-    def can_append(self, seq: Sequence) -> bool:
-        return self.blocks_for(len(seq)) - len(seq.block_table) <= len(self.free)
+    def can_append(self, seq: Sequence, lookahead: int = 0) -> bool:
+        return self.blocks_for(len(seq) + lookahead) - len(seq.block_table) <= len(self.free)
 
-    def append(self, seq: Sequence) -> list[int]:
-        """New blocks so that seq's table covers all its tokens (after new tokens were sampled);
-        the caller adds them to seq (Sequence.extend_blocks)."""
-        missing = self.blocks_for(len(seq)) - len(seq.block_table)
+    def append(self, seq: Sequence, lookahead: int = 0) -> list[int]:
+        """New blocks so that seq's table covers all its tokens (after new tokens were sampled)
+        plus `lookahead` draft tokens; the caller adds them to seq (Sequence.extend_blocks)."""
+        missing = self.blocks_for(len(seq) + lookahead) - len(seq.block_table)
         if missing > len(self.free):
             raise RuntimeError(f"append: need {missing} free KV blocks, {len(self.free)} left")
         return [self._take_free() for _ in range(missing)]

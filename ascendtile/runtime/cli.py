@@ -47,6 +47,43 @@ def _common(parser: argparse.ArgumentParser) -> None:
                         "to stderr")
     parser.add_argument("--tensor-parallel-size", type=int, default=1,
                         help="N > 1: the model split over N ranks (spawned worker processes, or the torchrun launch)")
+    add_speculative_arguments(parser)
+
+
+def add_speculative_arguments(parser: argparse.ArgumentParser) -> None:
+    """--speculative-method and the fields of LLM's speculative_config (also on `bench e2e`)."""
+    spec = parser.add_argument_group("speculative decoding (vLLM's speculative_config fields)")
+    spec.add_argument("--speculative-method", choices=("ngram",), default=None,
+                      help="ngram: prompt-lookup drafts verified each step (off when not given)")
+    spec.add_argument("--num-speculative-tokens", type=int, default=None, help="drafts per step (k >= 1)")
+    spec.add_argument("--prompt-lookup-min", type=int, default=None, help="shortest n-gram looked up")
+    spec.add_argument("--prompt-lookup-max", type=int, default=None, help="longest n-gram looked up")
+
+
+SPECULATIVE_FLAGS = {"num_speculative_tokens": "--num-speculative-tokens", "prompt_lookup_min": "--prompt-lookup-min",
+                     "prompt_lookup_max": "--prompt-lookup-max"}
+
+
+def speculative_config_from_args(args: argparse.Namespace) -> dict | None:
+    """The flags as LLM's speculative_config, checked (SpeculativeConfig's errors, named by flag)."""
+    from ascendtile.runtime.speculative_config import SpeculativeConfig
+
+    given = {field: getattr(args, field) for field in SPECULATIVE_FLAGS if getattr(args, field) is not None}
+    if args.speculative_method is None:
+        if given:
+            raise ValueError(f"--speculative-method: required with {SPECULATIVE_FLAGS[next(iter(given))]}")
+        return None
+    config = {"method": args.speculative_method, **given}
+    if "num_speculative_tokens" not in given:
+        raise ValueError("--num-speculative-tokens: required with --speculative-method")
+    try:
+        SpeculativeConfig(**config)
+    except (TypeError, ValueError) as exc:
+        message = str(exc)
+        for field, flag in SPECULATIVE_FLAGS.items():
+            message = message.replace(f"speculative_config.{field}", flag)
+        raise type(exc)(message) from exc
+    return config
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -61,6 +98,7 @@ def _checked_params(args: argparse.Namespace) -> SamplingParams:
 
     params = SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens,
                             seed=args.seed)
+    args.speculative_config = speculative_config_from_args(args)
     if args.chat and not chat_template(args.model):
         raise ValueError(f"--chat: model {args.model!r} has no chat template (a base model?); drop --chat and write "
                          "the prompt in the model's own turn format")
@@ -71,7 +109,8 @@ def _run(args: argparse.Namespace, params: SamplingParams) -> int:
     from ascendtile.runtime.llm import LLM
 
     llm = LLM(args.model, dtype=args.dtype, max_model_len=args.max_model_len, quantization=args.quantize,
-              graph=args.graph, compilation_config=args.compilation_level, tensor_parallel_size=args.tensor_parallel_size)
+              graph=args.graph, compilation_config=args.compilation_level,
+              tensor_parallel_size=args.tensor_parallel_size, speculative_config=args.speculative_config)
     use_tqdm = len(args.prompt) > 1
     if args.chat:
         outputs = llm.chat([[{"role": "user", "content": p}] for p in args.prompt], params, use_tqdm=use_tqdm)
@@ -86,6 +125,8 @@ def _run(args: argparse.Namespace, params: SamplingParams) -> int:
     print(f"{stats.num_requests} requests, {stats.prompt_tokens} prompt + {stats.generated_tokens} generated tokens "
           f"in {stats.elapsed_s:.2f} s: {stats.tokens_per_s:.1f} tokens/s "
           f"({llm.config.device.type}, {str(llm.config.dtype).replace('torch.', '')})")
+    if llm.spec_decode_metrics is not None:
+        print(llm.spec_decode_metrics.describe())
     if args.compilation_level and llm.engine is not None:  # spawned ranks compile in their own processes
         print(llm.engine.model.describe(), file=sys.stderr)
     llm.shutdown()

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ascendtile.compilation import CompilationConfig
+from ascendtile.runtime.speculative_config import SpeculativeConfig
 
 CPU_KV_CACHE_BYTES = 1 << 30  # default KV cache on CPU (host memory is not probed)
 DEVICE_MEMORY_UTILIZATION = 0.9  # share of free NPU/CUDA memory the KV cache may take
@@ -23,6 +24,7 @@ class EngineConfig:
     device: torch.device
     dtype: torch.dtype
     compilation: CompilationConfig = field(default_factory=CompilationConfig)
+    speculative_config: SpeculativeConfig | None = None  # None: no speculative decoding
 
 
 def resolve_dtype(dtype: torch.dtype | str) -> torch.dtype:

@@ -4,6 +4,13 @@ and finish the sequences whose stop condition holds (the StopChecker decides, th
 Sequence.finish, the scheduler releases the blocks). The sampler hears of each request's
 arrival (its seed is fixed then), preemption and finish (its penalty counts row is freed).
 
+With a SpeculativeConfig (n-gram drafts), a verify step emits one or more tokens per sequence:
+they are appended one by one, the KV of each accepted draft counted computed as the next token
+is appended (the rejected drafts' KV is never counted, so the blocks committed to the prefix
+cache hold accepted tokens only), and the stop conditions are checked after each token: the
+first stopping token ends the sequence and the tokens after it are dropped. spec_metrics counts
+the drafts and acceptances (None without speculation).
+
 The model is anything satisfying RuntimeModel (runtime/model_interface.py)."""
 from __future__ import annotations
 
@@ -12,6 +19,7 @@ import time
 from ascendtile.compilation import compile_model, piece_capture
 from ascendtile.runtime.block_manager import BlockManager
 from ascendtile.runtime.config import EngineConfig
+from ascendtile.runtime.drafter import Drafter
 from ascendtile.runtime.graph_runner import GraphRunner
 from ascendtile.runtime.model_interface import RuntimeModel
 from ascendtile.runtime.model_runner import ModelRunner
@@ -19,19 +27,28 @@ from ascendtile.runtime.sampler import Sampler
 from ascendtile.runtime.sampling_params import SamplingParams
 from ascendtile.runtime.scheduler import ScheduledBatch, Scheduler
 from ascendtile.runtime.sequence import Sequence
+from ascendtile.runtime.spec_decode_metrics import SpecDecodeMetrics
 from ascendtile.runtime.stopping import StopChecker
 
 
 class Engine:
     def __init__(self, model: RuntimeModel, tokenizer, eos_token_ids: set[int], config: EngineConfig, seed: int = 0) -> None:
         self.config = config
+        spec = config.speculative_config
+        if spec is not None and config.graph != "off" and config.device.type in ("npu", "cuda"):
+            # captured decode graphs and pieces are sized for one token per sequence; verify steps
+            # with drafts are untested on a device with graphs
+            raise NotImplementedError(f"speculative_config: not supported with graph={config.graph!r} on "
+                                      f"{config.device.type}; pass graph='off'")
         model.allocate_kv_cache(config.num_kv_blocks, config.block_size, config.dtype, config.device)
         # the runners call the model's forward; at compilation level >= 1 that is the compiled one.
         # Level 3 on NPU/CUDA captures its pieces per size instead of whole decode steps (vLLM's piecewise mode)
         capture = piece_capture(config.compilation, config.device.type, config.max_num_seqs) if config.graph != "off" else None
         model = self.model = compile_model(model, config.compilation, capture)
         self.block_manager = BlockManager(config.num_kv_blocks, config.block_size, config.enable_prefix_caching)
-        self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, config.max_num_batched_tokens)
+        self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, config.max_num_batched_tokens,
+                                   drafter=Drafter(spec) if spec is not None else None)
+        self.spec_metrics = SpecDecodeMetrics() if spec is not None else None
         self.sampler = Sampler(config.device, seed)
         graph_runner = None
         # Only captured graphs need static, bucket-padded buffers: on CPU nothing is captured, so
@@ -60,21 +77,32 @@ class Engine:
     def step(self) -> list[Sequence]:
         """Run one step; returns the sequences it finished."""
         batch = self._schedule()
-        sampled_seqs, out = self.runner.execute(batch)
+        out = self.runner.execute(batch)
         self.num_steps += 1
         for seq, n in zip(batch.seqs, batch.num_new_tokens):
             seq.advance(n)
-            self.block_manager.commit(seq)
         now = time.perf_counter()
+        stops = []
+        drafts = {seq.seq_id: d for seq, d in zip(batch.seqs, batch.draft_token_ids)}
+        for seq, tokens, logprobs in zip(out.seqs, out.token_ids, out.logprobs):
+            if drafts[seq.seq_id]:
+                self.spec_metrics.record(len(drafts[seq.seq_id]), len(tokens) - 1)
+            for j, (token, entry) in enumerate(zip(tokens, logprobs)):
+                if j:
+                    seq.advance(1)  # the token before was an accepted draft: its KV was computed this step
+                seq.append_token(token, entry, now)
+                stop = self.stop.check(seq)
+                if stop is not None:
+                    stops.append((seq, stop))
+                    break
+        for seq in batch.seqs:
+            self.block_manager.commit(seq)
         finished = []
-        for i, seq in enumerate(sampled_seqs):
-            seq.append_token(out.token_ids[i], out.logprobs[i], now)
-            stop = self.stop.check(seq)
-            if stop is not None:
-                seq.finish(stop.reason, stop.stop_reason, text=stop.text)
-                self.scheduler.finish(seq)
-                self.sampler.release(seq)
-                finished.append(seq)
+        for seq, stop in stops:
+            seq.finish(stop.reason, stop.stop_reason, text=stop.text)
+            self.scheduler.finish(seq)
+            self.sampler.release(seq)
+            finished.append(seq)
         return finished
 
     def _schedule(self) -> ScheduledBatch:

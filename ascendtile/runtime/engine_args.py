@@ -12,6 +12,7 @@ from ascendtile.distributed import all_reduce, tp_size
 from ascendtile.runtime.config import EngineConfig, kv_cache_blocks
 from ascendtile.runtime.engine import Engine
 from ascendtile.runtime.model_interface import RuntimeModel, RuntimeModelConfig, require
+from ascendtile.runtime.speculative_config import SpeculativeConfig
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class EngineArgs:
     quantization: str | None
     seed: int
     compilation: CompilationConfig
+    speculative_config: SpeculativeConfig | None = None
 
 
 def _agreed_blocks(blocks: int) -> int:
@@ -60,7 +62,7 @@ def create_engine(loaded, args: EngineArgs) -> Engine:
                              activation_bytes=args.max_num_batched_tokens * model_config.vocab_size * 4)
     config = EngineConfig(max_model_len, args.max_num_seqs, args.max_num_batched_tokens, args.block_size,
                           _agreed_blocks(blocks), args.enable_prefix_caching, args.graph, args.device, args.dtype,
-                          args.compilation)
+                          args.compilation, args.speculative_config)
     eos = set(loaded.tokenizer.eos_token_ids) if loaded.tokenizer is not None else set()
     eos |= set(model_config.eos_token_id or [])
     return Engine(model, loaded.tokenizer, eos, config, args.seed)

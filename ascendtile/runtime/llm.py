@@ -20,6 +20,8 @@ from ascendtile.runtime.model_interface import RuntimeModel, RuntimeModelConfig
 from ascendtile.runtime.outputs import RequestOutput
 from ascendtile.runtime.parallel_config import check_tensor_parallel_size, join_existing_group
 from ascendtile.runtime.sampling_params import SamplingParams
+from ascendtile.runtime.spec_decode_metrics import SpecDecodeMetrics
+from ascendtile.runtime.speculative_config import SpeculativeConfig
 from ascendtile.runtime.validation import check_requests
 
 Prompt = str | list[int]
@@ -43,6 +45,12 @@ class LLM:
     "off" runs every step eagerly. quantization: None or "w8a8". seed: for unseeded sampling.
     compilation_config: a CompilationConfig, a dict of its fields, or an int level (0 none, 1
     Dynamo as is, 2 Dynamo once, 3 piecewise; see ascendtile/compilation/config.py); None = level 0.
+    speculative_config: None (off), a SpeculativeConfig or a dict of its fields in vLLM's names
+    ({"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": m, "prompt_lookup_max":
+    M}): each step verifies up to k n-gram (prompt lookup) drafts per decoding sequence
+    (runtime/scheduler.py, runtime/rejection_sampler.py); a bad value is a ValueError/TypeError
+    naming `speculative_config.<field>`. Not with graph="auto" on NPU/CUDA (NotImplementedError).
+    spec_decode_metrics: the last call's drafted / accepted counts.
 
     tensor_parallel_size: N ranks, each holding 1/N of the model (Megatron-style; the model must
     support it). 1 (default) runs in this process. N > 1: when this process is already a rank of
@@ -62,7 +70,8 @@ class LLM:
                  block_size: int | None = None, num_kv_blocks: int | None = None, kv_cache_memory: int | None = None,
                  enable_prefix_caching: bool = True, graph: str = "auto", quantization: str | None = None,
                  seed: int = 0, compilation_config: CompilationConfig | dict | int | None = None,
-                 tensor_parallel_size: int = 1, tp_timeout_s: float = 600.0) -> None:
+                 tensor_parallel_size: int = 1, tp_timeout_s: float = 600.0,
+                 speculative_config: SpeculativeConfig | dict | None = None) -> None:
         from ascendtile import platform
         from ascendtile.model import LoadedModel, load_model, model_path
 
@@ -75,7 +84,8 @@ class LLM:
         args = EngineArgs(resolve_dtype(dtype), dev, max_model_len, max_num_seqs, max_num_batched_tokens,
                           platform.default_block_size(dev) if block_size is None else block_size, num_kv_blocks,
                           kv_cache_memory, enable_prefix_caching, graph, quantization, seed,
-                          CompilationConfig.from_user(compilation_config))
+                          CompilationConfig.from_user(compilation_config),
+                          SpeculativeConfig.from_user(speculative_config))
         self.model: RuntimeModel | None = None
         self.engine: Engine | None = None
         self._executor = None
@@ -156,6 +166,12 @@ class LLM:
             outputs, stats = self._executor.generate(texts, encoded, params, use_tqdm)
             self.last_stats = replace(stats, elapsed_s=time.perf_counter() - start)
         return outputs
+
+    @property
+    def spec_decode_metrics(self) -> SpecDecodeMetrics | None:
+        """The last generate()/chat() call's speculative decoding counts (None without a
+        speculative_config, or before the first call)."""
+        return self.last_stats.spec_decode if self.last_stats is not None else None
 
     @property
     def num_parameters(self) -> int:

@@ -65,6 +65,17 @@ def test_e2e_quick_against_hf_prints_ratios(tmp_path, capsys):
 
 
 @pytest.mark.slow
+def test_e2e_speculative_flags_record_and_print_the_metrics(tmp_path, capsys):
+    assert main(["bench", "e2e", "--num-prompts", "2", "--input-len", "8", "--output-len", "24",
+                 "--speculative-method", "ngram", "--num-speculative-tokens", "3", "--prompt-lookup-min", "1",
+                 "--out", str(tmp_path)]) == 0
+    spec = json.loads((tmp_path / "e2e.json").read_text())["spec_decode"]
+    assert spec["config"] == {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1}
+    assert spec["num_draft_tokens"] > 0 and 0 <= spec["num_accepted_tokens"] <= spec["num_draft_tokens"]
+    assert f"ascendtile {spec['summary']}" in capsys.readouterr().out
+
+
+@pytest.mark.slow
 def test_e2e_quick_sampled_runs_ours_greedy_beside_and_hf_sampling(tmp_path, capsys):
     assert main(["bench", "e2e", "--quick", "--temperature", "0.8", "--top-p", "0.95", "--compare", "hf",
                  "--compare", "llama.cpp", "--out", str(tmp_path)]) == 0

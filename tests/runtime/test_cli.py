@@ -152,6 +152,31 @@ def test_bad_sampling_values_fail_before_the_load(no_model_load, capsys, argv, m
     assert _one_line_error(argv, capsys).startswith(message)
 
 
+def test_speculative_flags_reach_llm_and_print_the_metrics(stub_llm, capsys):
+    argv = ["generate", "--prompt", "abc", "--max-tokens", "6", "--speculative-method", "ngram",
+            "--num-speculative-tokens", "3", "--prompt-lookup-max", "4"]
+    assert cli.main(argv) == 0
+    assert stub_llm["speculative_config"] == {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}
+    assert "speculative decoding: " in capsys.readouterr().out
+    assert cli.main(["generate", "--prompt", "abc", "--max-tokens", "2"]) == 0
+    assert stub_llm["speculative_config"] is None and "speculative decoding" not in capsys.readouterr().out
+
+
+SPEC = ["generate", "--prompt", "Hi", "--speculative-method", "ngram"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (SPEC + ["--num-speculative-tokens", "0"], "--num-speculative-tokens: must be >= 1"),
+    (SPEC, "--num-speculative-tokens: required"),
+    (["generate", "--prompt", "Hi", "--num-speculative-tokens", "2"], "--speculative-method: required"),
+    (SPEC + ["--num-speculative-tokens", "2", "--prompt-lookup-min", "0"], "--prompt-lookup-min: must be >= 1"),
+    (SPEC + ["--num-speculative-tokens", "2", "--prompt-lookup-min", "3", "--prompt-lookup-max", "2"],
+     "--prompt-lookup-max: must be >= prompt_lookup_min"),
+], ids=["k_0", "no_k", "no_method", "min_0", "max_below_min"])
+def test_bad_speculative_flags_fail_before_the_load(no_model_load, capsys, argv, message):
+    assert _one_line_error(argv, capsys).startswith(message)
+
+
 def test_missing_model_path_is_one_line_also_with_spawned_ranks(tmp_path, capsys):
     """A path that names nothing, in this process and with --tensor-parallel-size 2 (refused in the
     parent before any rank is spawned, not as each rank's error)."""
