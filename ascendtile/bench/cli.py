@@ -6,6 +6,7 @@ import argparse
 import importlib
 from pathlib import Path
 
+from ascendtile.bench.workloads import WORKLOADS
 from ascendtile.runtime.cli import add_speculative_arguments
 
 DEFAULT_OUT = Path("bench/out")
@@ -59,6 +60,10 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
                      "the warm-up run; compiles and seconds go to the table and JSON)")
     e2e.add_argument("--tensor-parallel-size", type=int, default=1,
                      help="ours on N spawned ranks; reports the bytes all-reduced / all-gathered per decode step")
+    e2e.add_argument("--workload", choices=WORKLOADS, default="random",
+                     help="random: plain token prompts, EOS ignored (the peer comparisons); chat / copy: chat "
+                     "questions / 'rewrite this paragraph with the typos fixed' through the chat template, "
+                     "stopping at EOS (ours only: speculative decoding's workloads)")
     add_speculative_arguments(e2e)
     e2e.set_defaults(func=_route("e2e"))
 

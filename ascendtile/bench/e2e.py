@@ -34,6 +34,7 @@ from ascendtile.bench.peaks import current_peak
 from ascendtile.bench.kernels import DTYPES, default_dtype
 from ascendtile.bench.peers import RunResult, llamacpp_available, run_hf, run_llamacpp, run_vllm, vllm_python
 from ascendtile.bench.report import format_table, write_json
+from ascendtile.bench.workloads import WORKLOADS, conversations
 from ascendtile.compilation import CompiledModel
 from ascendtile.model import model_path
 from ascendtile.runtime.cli import speculative_config_from_args
@@ -52,11 +53,23 @@ def synthetic_prompts(num_prompts: int, input_len: int, vocab_size: int, seed: i
     return torch.randint(FIRST_PLAIN_TOKEN, vocab_size, (num_prompts, input_len), generator=gen).tolist()
 
 
+def workload_prompts(llm, workload: str, num_prompts: int, input_len: int) -> list[list[int]]:
+    """The workload's token prompts: random ones of input_len tokens, or the chat / copy
+    conversations through the model's chat template."""
+    if workload == "random":
+        return synthetic_prompts(num_prompts, input_len, llm.model_config.vocab_size)
+    tokenizer = llm.tokenizer
+    if tokenizer is None:
+        raise ValueError(f"workload: {workload!r} prompts need the model's tokenizer and chat template; this model has none")
+    return [tokenizer.encode(tokenizer.apply_chat_template(c, add_generation_prompt=True), add_special_tokens=False)
+            for c in conversations(workload, num_prompts)]
+
+
 def run_ours(llm, prompts: list[list[int]], output_len: int, temperature: float = 0.0, top_p: float = 1.0,
-             engine: str = "ascendtile") -> RunResult:
+             engine: str = "ascendtile", ignore_eos: bool = True) -> RunResult:
     from ascendtile.runtime import SamplingParams
 
-    params = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=output_len, ignore_eos=True)
+    params = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=output_len, ignore_eos=ignore_eos)
     llm.generate(prompts[:1], SamplingParams(temperature=temperature, top_p=top_p, max_tokens=2, ignore_eos=True),
                  use_tqdm=False)  # warm-up
     start = time.perf_counter()
@@ -161,11 +174,20 @@ def compilation_record(model: torch.nn.Module | CompiledModel | None, level: int
 
 def run(model: str, num_prompts: int, input_len: int, output_len: int, dtype: str, compare: list[str], out_dir: Path,
         temperature: float = 0.0, top_p: float = 1.0, compilation_level: int = 0, tensor_parallel_size: int = 1,
-        vllm_interpreter: Path | None = None, vllm_eager: bool = False, speculative_config: dict | None = None) -> dict:
+        vllm_interpreter: Path | None = None, vllm_eager: bool = False, speculative_config: dict | None = None,
+        workload: str = "random") -> dict:
     """vllm_interpreter: the Python of vLLM's venv (default: see peers.vllm_python); vllm_eager:
     the vLLM peers with enforce_eager (else vLLM's default compilation, its fastest setting);
-    speculative_config: ours with LLM's speculative_config (the peers without)."""
+    speculative_config: ours with LLM's speculative_config, and ours without it beside as the row
+    "ascendtile (no speculation)" (the peers run without); workload: bench/workloads.py (chat and
+    copy: chat-template prompts of their own lengths, input_len unused, stopping at EOS; the
+    peers run the random workload only)."""
     from ascendtile.runtime import LLM
+
+    if workload not in WORKLOADS:
+        raise ValueError(f"workload: expected one of {', '.join(WORKLOADS)}, got {workload!r}")
+    if workload != "random" and compare:
+        raise ValueError(f"workload: the peers ({', '.join(compare)}) run the random workload only, got {workload!r}")
 
     path = model_path(model)
     max_num_batched_tokens = max(num_prompts * input_len, 512)
@@ -176,9 +198,9 @@ def run(model: str, num_prompts: int, input_len: int, output_len: int, dtype: st
               tensor_parallel_size=tensor_parallel_size, enable_prefix_caching=False,
               speculative_config=speculative_config)
     params = llm.num_parameters
-    prompts = synthetic_prompts(num_prompts, input_len, llm.model_config.vocab_size)
-    sampled = temperature > 0
-    ours = _greedy_only(run_ours(llm, prompts, output_len, temperature, top_p), sampled)
+    prompts = workload_prompts(llm, workload, num_prompts, input_len)
+    sampled, ignore_eos = temperature > 0, workload == "random"
+    ours = _greedy_only(run_ours(llm, prompts, output_len, temperature, top_p, ignore_eos=ignore_eos), sampled)
     num_preemptions = llm.last_stats.num_preemptions  # of the measured generate() call
     spec = llm.spec_decode_metrics
     spec_decode = None if spec is None else {
@@ -191,10 +213,18 @@ def run(model: str, num_prompts: int, input_len: int, output_len: int, dtype: st
         collectives = collective_traffic(llm, prompts, llm.last_stats.collective_bytes, ours.output_tokens)
     results = [ours]
     if sampled:
-        results.append(run_ours(llm, prompts, output_len, engine="ascendtile greedy"))
+        results.append(run_ours(llm, prompts, output_len, engine="ascendtile greedy", ignore_eos=ignore_eos))
     compilation = compilation_record(llm.engine.model if llm.engine is not None else None, compilation_level)
     llm.shutdown()
     del llm  # free its KV cache before a peer loads its own copy of the model
+    if speculative_config is not None:
+        base = LLM(model=model, dtype=DTYPES[dtype], max_num_seqs=num_prompts,
+                   max_num_batched_tokens=max_num_batched_tokens, compilation_config=compilation_level,
+                   tensor_parallel_size=tensor_parallel_size, enable_prefix_caching=False)
+        results.append(_greedy_only(run_ours(base, prompts, output_len, temperature, top_p, ignore_eos=ignore_eos,
+                                             engine="ascendtile (no speculation)"), sampled))
+        base.shutdown()
+        del base
     skipped = {}
     for peer in compare:
         if peer == "hf":
@@ -219,7 +249,7 @@ def run(model: str, num_prompts: int, input_len: int, output_len: int, dtype: st
             results.append(_run_llamacpp_peer(peer, path, prompts, output_len, out_dir))
     payload = {
         "benchmark": "e2e", "model": str(path), "dtype": dtype, "num_prompts": num_prompts, "input_len": input_len,
-        "output_len": output_len, "temperature": temperature, "top_p": top_p, "num_preemptions": num_preemptions,
+        "output_len": output_len, "workload": workload, "temperature": temperature, "top_p": top_p, "num_preemptions": num_preemptions,
         "compilation": compilation, "tensor_parallel_size": tensor_parallel_size, "collectives": collectives,
         "spec_decode": spec_decode,
         "rows": [summarise(r, ours) for r in results], "skipped": skipped,
@@ -237,9 +267,13 @@ def table(record: dict) -> str:
     roof = record["roof"]
     decoding = (f"sampled (temperature {record['temperature']}, top-p {record['top_p']})" if record["temperature"] > 0
                 else "greedy")
+    workload = record.get("workload", "random")
+    shape = (f"{record['num_prompts']} prompts x {record['input_len']} in / {record['output_len']} out, {decoding}, "
+             "EOS ignored" if workload == "random" else
+             f"{workload} workload, {record['num_prompts']} prompts (chat template), up to {record['output_len']} out, "
+             f"{decoding}, stopping at EOS")
     lines = [
-        f"e2e: {record['model']} ({record['dtype']}), {record['num_prompts']} prompts x {record['input_len']} "
-        f"in / {record['output_len']} out, {decoding}, EOS ignored; {record['num_preemptions']} preemptions (ascendtile); "
+        f"e2e: {record['model']} ({record['dtype']}), {shape}; {record['num_preemptions']} preemptions (ascendtile); "
         f"device {record['device']}, CPU ISA {record['isa']}",
         format_table(headers, body),
         f"ascendtile {record['compilation']['summary']}",
@@ -265,7 +299,8 @@ def main(args: argparse.Namespace) -> int:
     record = run(args.model, dtype=args.dtype or default_dtype(), compare=args.compare, out_dir=args.out,
                  temperature=args.temperature, top_p=args.top_p, compilation_level=args.compilation_level,
                  tensor_parallel_size=args.tensor_parallel_size, vllm_interpreter=args.vllm_python,
-                 vllm_eager=args.vllm_mode == "eager", speculative_config=speculative_config_from_args(args), **sizes)
+                 vllm_eager=args.vllm_mode == "eager", speculative_config=speculative_config_from_args(args),
+                 workload=args.workload, **sizes)
     print(table(record))
     print(f"wrote {args.out / 'e2e.json'}")
     return 0

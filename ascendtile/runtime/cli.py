@@ -53,7 +53,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
 def add_speculative_arguments(parser: argparse.ArgumentParser) -> None:
     """--speculative-method and the fields of LLM's speculative_config (also on `bench e2e`)."""
     spec = parser.add_argument_group("speculative decoding (vLLM's speculative_config fields)")
-    spec.add_argument("--speculative-method", choices=("ngram",), default=None,
+    spec.add_argument("--speculative-method", "--speculative", dest="speculative_method", choices=("ngram",), default=None,
                       help="ngram: prompt-lookup drafts verified each step (off when not given)")
     spec.add_argument("--num-speculative-tokens", type=int, default=None, help="drafts per step (k >= 1)")
     spec.add_argument("--prompt-lookup-min", type=int, default=None, help="shortest n-gram looked up")

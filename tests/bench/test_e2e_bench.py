@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from ascendtile import platform
+from ascendtile.bench import e2e
 from ascendtile.bench.e2e import agreement, compute_roof, percentiles, synthetic_prompts
 from ascendtile.bench.peers import RunResult, vllm_python
 from ascendtile.cli import main
@@ -65,14 +66,25 @@ def test_e2e_quick_against_hf_prints_ratios(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_e2e_speculative_flags_record_and_print_the_metrics(tmp_path, capsys):
-    assert main(["bench", "e2e", "--num-prompts", "2", "--input-len", "8", "--output-len", "24",
-                 "--speculative-method", "ngram", "--num-speculative-tokens", "3", "--prompt-lookup-min", "1",
+def test_e2e_speculative_on_the_copy_workload_runs_ours_without_speculation_beside(tmp_path, capsys):
+    assert main(["bench", "e2e", "--workload", "copy", "--num-prompts", "2", "--output-len", "24",
+                 "--speculative", "ngram", "--num-speculative-tokens", "3", "--prompt-lookup-min", "1",
                  "--out", str(tmp_path)]) == 0
-    spec = json.loads((tmp_path / "e2e.json").read_text())["spec_decode"]
+    record = json.loads((tmp_path / "e2e.json").read_text())
+    spec = record["spec_decode"]
     assert spec["config"] == {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1}
-    assert spec["num_draft_tokens"] > 0 and 0 <= spec["num_accepted_tokens"] <= spec["num_draft_tokens"]
-    assert f"ascendtile {spec['summary']}" in capsys.readouterr().out
+    assert spec["num_draft_tokens"] > 0 and 0 < spec["num_accepted_tokens"] <= spec["num_draft_tokens"]
+    ours, base = record["rows"]
+    assert (ours["engine"], base["engine"]) == ("ascendtile", "ascendtile (no speculation)")
+    assert base["token_agreement_with_ours"] == 1.0  # greedy speculation emits the same tokens
+    assert ours["prompt_tokens"] > 2 * 60  # the paragraphs, through the chat template
+    out = capsys.readouterr().out
+    assert f"ascendtile {spec['summary']}" in out and "copy workload" in out
+
+
+def test_e2e_non_random_workload_refuses_the_peers():
+    with pytest.raises(ValueError, match="workload"):
+        e2e.run("default", 1, 8, 4, "fp32", ["hf"], Path("unused"), workload="chat")
 
 
 @pytest.mark.slow
