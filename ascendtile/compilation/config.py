@@ -16,6 +16,16 @@ from enum import IntEnum
 from pathlib import Path
 
 
+
+def check_fields(argument: str, value: dict, cls: type) -> None:
+    """ValueError naming `argument` when `value`, the dict form of dataclass config `cls` that a
+    user passed to LLM (compilation_config here, also runtime's speculative_config), has keys that
+    are not its fields: an unknown key is an error, never ignored."""
+    unknown = set(value) - set(cls.__dataclass_fields__)
+    if unknown:
+        raise ValueError(f"{argument}: unknown field(s) {sorted(unknown)}; known: {sorted(cls.__dataclass_fields__)}")
+
+
 class CompilationLevel(IntEnum):
     NO_COMPILATION = 0
     DYNAMO_AS_IS = 1
@@ -100,10 +110,7 @@ class CompilationConfig:
         if isinstance(value, cls):
             return value
         if isinstance(value, dict):
-            unknown = set(value) - set(cls.__dataclass_fields__)
-            if unknown:
-                raise ValueError(f"compilation_config: unknown field(s) {sorted(unknown)}; "
-                                 f"known: {sorted(cls.__dataclass_fields__)}")
+            check_fields("compilation_config", value, cls)
             return cls(**value)
         if isinstance(value, int) and not isinstance(value, bool):
             return cls(level=value)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ascendtile.compilation.config import check_fields
+
 SUPPORTED_METHODS = ("ngram",)
 METHOD_ALIASES = {"[ngram]": "ngram"}
 DEFAULT_PROMPT_LOOKUP = 5  # vLLM's prompt_lookup_min = prompt_lookup_max when neither is given
@@ -60,10 +62,7 @@ class SpeculativeConfig:
         if value is None or isinstance(value, cls):
             return value
         if isinstance(value, dict):
-            unknown = set(value) - set(cls.__dataclass_fields__)
-            if unknown:
-                raise ValueError(f"speculative_config: unknown field(s) {sorted(unknown)}; "
-                                 f"known: {sorted(cls.__dataclass_fields__)}")
+            check_fields("speculative_config", value, cls)
             missing = [name for name in ("method", "num_speculative_tokens") if name not in value]
             if missing:
                 raise ValueError(f"speculative_config.{missing[0]}: required (no default)")

@@ -9,9 +9,11 @@ CONFIG = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=96, num_h
                      num_key_value_heads=2, initializer_range=0.1, max_position_embeddings=256)
 
 
-def save(directory, seed: int = 0) -> str:
-    """The tiny Llama with random weights drawn from `seed`, saved in directory; returns its path."""
-    save_tiny(CONFIG, directory, seed=seed, randomize_norms=True)
+def save(directory, seed: int = 0, randomize_norms: bool = True) -> str:
+    """The tiny Llama with random weights drawn from `seed`, saved in directory; returns its path.
+    randomize_norms=False keeps HF's constant norm weights (its greedy output then repeats itself:
+    what speculative decoding's tests need drafts to be accepted on)."""
+    save_tiny(CONFIG, directory, seed=seed, randomize_norms=randomize_norms)
     return str(directory)
 
 

@@ -15,14 +15,13 @@ import random
 
 import pytest
 import torch
-from transformers import LlamaConfig
 
 from ascendtile.runtime import LLM, SamplingParams
 from ascendtile.runtime.config import EngineConfig
 from ascendtile.runtime.engine import Engine
 from ascendtile.runtime.speculative_config import SpeculativeConfig
+from compilation import tiny as tiny_llama
 from embedded import GEMMA3, SMOLLM2
-from model.helpers import save_tiny
 
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 3}
 TINY_ARGS = dict(max_model_len=256, max_num_seqs=8, block_size=4)
@@ -31,11 +30,7 @@ GREEDY = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny_spec")
-    save_tiny(LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                          num_attention_heads=4, num_key_value_heads=2, initializer_range=0.1,
-                          max_position_embeddings=256), path)
-    return str(path)
+    return tiny_llama.save(tmp_path_factory.mktemp("tiny_spec"), randomize_norms=False)
 
 
 def _prompts() -> list[list[int]]:
