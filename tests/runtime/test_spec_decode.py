@@ -330,3 +330,37 @@ def test_rejection_sampler_emits_the_target_distribution():
         total = counts.sum()
         sigma = (total * p * (1 - p)).sqrt()
         assert ((counts - total * p).abs() <= 4.5 * sigma + 1e-9).all(), (counts.tolist(), (total * p).tolist())
+
+
+@pytest.mark.parametrize("temperature", [0.6, 1.0, 1.7])
+def test_rejection_sampler_chi_square_over_a_multi_chunk_vocabulary(temperature):
+    """3000 seeded requests verify a fixed draft against fixed logits over 200 tokens (four of the
+    CPU draw's 64-token chunks): the first emitted token (the accepted draft or a recovered token)
+    and the bonus after an accepted draft each pass a chi-square test against softmax(row / T)."""
+    from ascendtile.runtime.rejection_sampler import RejectionSampler
+    from ascendtile.runtime.sampler import Sampler
+    from ascendtile.runtime.sequence import Sequence
+    from ops._sampling import chi2_bound
+
+    n, vocab, draft = 3000, 200, 137
+    gen = torch.Generator().manual_seed(7)
+    rows = torch.randn(2, vocab, generator=gen) * torch.tensor([[1.5], [3.0]])
+    rows[0, draft] = rows[0].max() + 2.5  # the draft is likely but not certain at every temperature
+    sampler = Sampler(torch.device("cpu"))
+    seqs = []
+    for i in range(n):
+        seq = Sequence(i, [3, 1], SamplingParams(temperature=temperature, seed=1000 + i, max_tokens=8), 64)
+        sampler.add(seq)
+        seqs.append(seq)
+    emitted, _ = RejectionSampler(sampler)(rows.repeat(n, 1), seqs, [[draft]] * n)
+    firsts = torch.tensor([e[0] for e in emitted])
+    bonuses = torch.tensor([e[1] for e in emitted if e[0] == draft])
+    for tokens, row in ((firsts, rows[0]), (bonuses, rows[1])):
+        p = torch.softmax(row.double() / temperature, 0)
+        expected = p * tokens.numel()
+        counts = torch.bincount(tokens, minlength=vocab).double()
+        big = expected >= 5  # pool the rare tokens into one cell, as the test requires
+        observed = torch.cat([counts[big], counts[~big].sum()[None]])
+        wanted = torch.cat([expected[big], expected[~big].sum()[None]])
+        stat = float(((observed - wanted) ** 2 / wanted).sum())
+        assert big.sum() >= 4 and stat < chi2_bound(int(big.sum())), (temperature, int(big.sum()), stat)
