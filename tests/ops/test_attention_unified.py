@@ -113,3 +113,22 @@ def test_check_indices_switch(path, monkeypatch):
     with pytest.raises(ValueError, match=rf"^block_table: entry \[0, 0\] is -3, outside \[0, {kc.shape[0]}\)"):
         OPS.unified_attention(out, query, kc, vc, wrong, cu, seqused, mq, mk, scale, cap, win)
     OPS.unified_attention(out, query, kc, vc, table, cu, seqused, mq, mk, scale, cap, win)
+
+
+@pytest.mark.parametrize("q_lens,kv_lens", [([5, 5, 1, 3], [40, 6, 90, 3]), ([2, 4], [300, 9]), ([16, 1, 2], [16, 0, 2000])])
+@pytest.mark.parametrize("heads,kv_heads,window", [(9, 3, 0), (4, 4, 5)])
+def test_short_queries_take_the_shared_plan(q_lens, kv_lens, heads, kv_heads, window, monkeypatch):
+    """Speculative decoding's verify steps (1 to SHORT_QUERIES new tokens per sequence) attend through
+    the decode step's gather plan: lengths far apart (two plan groups), an empty sequence (-> 0),
+    GQA, a window, NaN in every unused slot; the path is counted, so the test sees it taken."""
+    import ascendtile.ops.reference.attention_unified as reference
+
+    taken = []
+    short = reference.short_queries
+    monkeypatch.setattr(reference, "short_queries", lambda *a: taken.append(short(*a)) or taken[-1])
+    query, kc, vc, table, cu, seqused = make_paged_batch(q_lens, kv_lens, heads, kv_heads, 32, 16)
+    got = ak.unified_attention(query, kc, vc, table, cu, seqused, max(q_lens), max(kv_lens), 0.2, 0.0, window)
+    assert taken == [True]
+    expect = paged_formula(query, kc, vc, table, q_lens, kv_lens, 0.2, 0.0, window)
+    assert not got.isnan().any()
+    torch.testing.assert_close(got.double(), expect, rtol=1e-5, atol=1e-5)

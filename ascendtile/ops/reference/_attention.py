@@ -106,6 +106,30 @@ def decode(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, valu
             out.index_copy_(0, group.rows, o.to(out.dtype))
 
 
+def short_queries(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                  block_table: torch.Tensor, q_start: torch.Tensor, q_len: torch.Tensor, seq_lens: torch.Tensor,
+                  scale: float, window: int) -> bool:
+    """Attention of a batch where every sequence brings a few new tokens (q_len [B] >= 1, their
+    rows from q_start [B]; seq_lens [B] counts them), without softcap, through the step's DecodePlan:
+    K/V gathered once per layer through the shared index, one fused SDPA call per group over the
+    group's padded queries (QueryLayout). False when the plan cannot be built (a read block id out
+    of range): the caller takes the general path."""
+    plan = decode_plan(block_table, seq_lens, key_cache.shape[0], key_cache.shape[1])
+    if plan is None:
+        return False
+    heads, dim = query.shape[1:]
+    for group in plan.groups:
+        starts, lens = (q_start, q_len) if group.rows is None else (q_start[group.rows], q_len[group.rows])
+        layout = group.queries(starts, lens, window)
+        q = query.index_select(0, layout.rows).view(group.num_seqs, layout.num_q, heads, dim)
+        k, v = group.gather(key_cache, "key").float(), group.gather(value_cache, "value").float()
+        o = F.scaled_dot_product_attention(q.float().transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                           attn_mask=layout.bias, scale=scale, enable_gqa=True)
+        o = o.transpose(1, 2).reshape(-1, heads, dim).index_select(0, layout.kept).nan_to_num_(0.0)  # no key -> 0
+        out.index_copy_(0, layout.dest, o.to(out.dtype))
+    return True
+
+
 def _attend_group(query: torch.Tensor, group: DecodeGroup, key_cache: torch.Tensor, value_cache: torch.Tensor,
                   scale: float, softcap: float, window: int) -> torch.Tensor:
     """query [G, H, D] of the group's sequences (one token each) -> [G, H, D] fp32."""

@@ -1,5 +1,7 @@
 """The gather index of a decode step over the paged cache, built once per step and shared by every
-layer (the CPU path of paged_attention and of unified_attention's decode batches).
+layer (the CPU path of paged_attention and of unified_attention's decode batches, and of its
+batches of a few new tokens per sequence: speculative decoding's verify steps, whose query layout
+and causal mask each group builds once too: QueryLayout).
 
 Every layer of a step reads the same block table and lengths, so the cache slot of each key
 position, the padding masks and the host sync on the lengths are the same in all of them:
@@ -41,6 +43,7 @@ class DecodeGroup:
         self.num_seqs, self.num_k = hidden.shape
         self._biases: dict[int, torch.Tensor] = {}
         self._buffers: dict[tuple, torch.Tensor] = {}
+        self._queries: dict[tuple, QueryLayout] = {}
 
     def bias(self, window: int) -> torch.Tensor:
         """[G, 1, num_k] fp32 additive mask of the decode query (at position kv_len - 1): 0 where key j
@@ -53,6 +56,16 @@ class DecodeGroup:
                                                                                           float("-inf"))
         return self._biases[window]
 
+    def queries(self, q_start: torch.Tensor, q_len: torch.Tensor, window: int) -> QueryLayout:
+        """The layout of the group's queries when each sequence brings q_len [G] (>= 1) new tokens
+        at flat rows q_start [G] (a speculative verify step: the newest token and its drafts),
+        reused by every layer while q_start and q_len are unchanged."""
+        key = (window, q_start.shape[0])
+        layout = self._queries.get(key)
+        if layout is None or not (torch.equal(layout.q_start, q_start) and torch.equal(layout.q_len, q_len)):
+            layout = self._queries[key] = QueryLayout(self, q_start.clone(), q_len.clone(), window)
+        return layout
+
     def gather(self, cache: torch.Tensor, name: str) -> torch.Tensor:
         """[G, num_k, KVH, D] rows of cache [num_blocks, block_size, KVH, D], copied into a buffer that
         this group reuses for every layer under the same name (the previous layer's rows are dead)."""
@@ -63,6 +76,30 @@ class DecodeGroup:
         rows = self._buffers[key]
         torch.index_select(cache.reshape(-1, heads * dim), 0, self.slots, out=rows)
         return rows.view(self.num_seqs, self.num_k, heads, dim)
+
+
+class QueryLayout:
+    """A group's queries padded to its longest q_len (num_q): rows [G * num_q] int64, the flat query
+    row of query i of the group's g-th sequence at g * num_q + i (padding repeats the last one);
+    kept [n] int64, the padded positions holding a real query, and dest [n] int64 their flat rows;
+    bias [G, 1, num_q, num_k] fp32 additive: 0 where key j is visible to query i at position
+    p = kv_len - q_len + i (j <= p, and j > p - window when window > 0), -inf elsewhere (keys past
+    kv_len, the gathered padding, are never visible: p < kv_len)."""
+
+    def __init__(self, group: DecodeGroup, q_start: torch.Tensor, q_len: torch.Tensor, window: int) -> None:
+        self.q_start, self.q_len = q_start, q_len
+        self.num_q = num_q = int(q_len.max())
+        pos = torch.arange(num_q)
+        real = pos[None, :] < q_len[:, None]  # [G, num_q]
+        flat = q_start[:, None] + torch.minimum(pos[None, :], (q_len - 1)[:, None])
+        self.rows, self.kept = flat.flatten(), real.flatten().nonzero().flatten()
+        self.dest = self.rows.index_select(0, self.kept)
+        q_pos = (group.kv_len - q_len)[:, None] + pos[None, :]  # [G, num_q]
+        key_pos = torch.arange(group.num_k)[None, None, :]
+        hidden = key_pos > q_pos[..., None]
+        if window > 0:
+            hidden |= key_pos <= q_pos[..., None] - window
+        self.bias = torch.zeros(hidden.shape).masked_fill_(hidden, float("-inf"))[:, None]
 
 
 class DecodePlan:

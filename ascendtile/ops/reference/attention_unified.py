@@ -1,10 +1,15 @@
-"""Reference: unified_attention (also the CPU path): a decode step in one pass, any other batch in
-at most two padded groups (see _attention.py)."""
+"""Reference: unified_attention (also the CPU path): a decode step in one pass, a batch of a few new
+tokens per sequence through the same shared gather plan, any other batch in at most two padded
+groups (see _attention.py)."""
 from __future__ import annotations
 
 import torch
 
-from ascendtile.ops.reference._attention import block_ids, decode, gather_paged, run_groups
+from ascendtile.ops.reference._attention import block_ids, decode, gather_paged, run_groups, short_queries
+
+# A batch whose every sequence brings 1 to this many new tokens (speculative decoding's verify
+# steps: the newest token and its drafts) attends through the decode step's shared gather plan.
+SHORT_QUERIES = 16
 
 
 def unified_attention(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
@@ -17,8 +22,11 @@ def unified_attention(out: torch.Tensor, query: torch.Tensor, key_cache: torch.T
     if query.shape[0] == seqused_k.shape[0] and bool((q_len == 1).all()):
         decode(out, query, key_cache, value_cache, block_table, seqused_k.long(), scale, softcap, sliding_window)
         return
-
     kv_len = seqused_k.long()
+    if (softcap <= 0 and max_seqlen_q <= SHORT_QUERIES and bool((q_len >= 1).all())
+            and short_queries(out, query, key_cache, value_cache, block_table, q_start, q_len, kv_len, scale,
+                              sliding_window)):
+        return
 
     def gather(seqs: torch.Tensor, num_k: int):
         ids, block_ok = block_ids(block_table[seqs], key_cache.shape[0], key_cache.shape[1], num_k, kv_len[seqs])
