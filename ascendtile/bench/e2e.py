@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -193,10 +194,13 @@ def run(model: str, num_prompts: int, input_len: int, output_len: int, dtype: st
     max_num_batched_tokens = max(num_prompts * input_len, 512)
     # No prefix cache: the greedy run beside a sampled one repeats the same prompts, and a cache hit
     # would skip its prefill (the peers have no such cache), so every run starts cold.
-    llm = LLM(model=model, dtype=DTYPES[dtype], max_num_seqs=num_prompts,
-              max_num_batched_tokens=max_num_batched_tokens, compilation_config=compilation_level,
-              tensor_parallel_size=tensor_parallel_size, enable_prefix_caching=False,
-              speculative_config=speculative_config)
+    def ours_llm(speculative: dict | None):
+        return LLM(model=model, dtype=DTYPES[dtype], max_num_seqs=num_prompts,
+                   max_num_batched_tokens=max_num_batched_tokens, compilation_config=compilation_level,
+                   tensor_parallel_size=tensor_parallel_size, enable_prefix_caching=False,
+                   speculative_config=speculative)
+
+    llm = ours_llm(speculative_config)
     params = llm.num_parameters
     prompts = workload_prompts(llm, workload, num_prompts, input_len)
     sampled, ignore_eos = temperature > 0, workload == "random"
@@ -204,8 +208,7 @@ def run(model: str, num_prompts: int, input_len: int, output_len: int, dtype: st
     num_preemptions = llm.last_stats.num_preemptions  # of the measured generate() call
     spec = llm.spec_decode_metrics
     spec_decode = None if spec is None else {
-        "config": speculative_config, "num_drafts": spec.num_drafts, "num_draft_tokens": spec.num_draft_tokens,
-        "num_accepted_tokens": spec.num_accepted_tokens, "acceptance_rate": spec.acceptance_rate,
+        "config": speculative_config, **asdict(spec), "acceptance_rate": spec.acceptance_rate,
         "mean_acceptance_length": spec.mean_acceptance_length, "summary": spec.describe()}
     collectives = None
     if tensor_parallel_size > 1:
@@ -218,9 +221,7 @@ def run(model: str, num_prompts: int, input_len: int, output_len: int, dtype: st
     llm.shutdown()
     del llm  # free its KV cache before a peer loads its own copy of the model
     if speculative_config is not None:
-        base = LLM(model=model, dtype=DTYPES[dtype], max_num_seqs=num_prompts,
-                   max_num_batched_tokens=max_num_batched_tokens, compilation_config=compilation_level,
-                   tensor_parallel_size=tensor_parallel_size, enable_prefix_caching=False)
+        base = ours_llm(None)
         results.append(_greedy_only(run_ours(base, prompts, output_len, temperature, top_p, ignore_eos=ignore_eos,
                                              engine="ascendtile (no speculation)"), sampled))
         base.shutdown()

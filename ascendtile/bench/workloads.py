@@ -2,7 +2,7 @@
 
 random  plain token ids (synthetic_prompts): no engine can predict them; EOS ignored, so every run
         emits exactly num_prompts × output_len tokens (the peer comparisons).
-chat    the demo's chat questions, cycled: answers copy little of the prompt (few n-gram matches).
+chat    the demo's chat questions and two more, cycled: answers copy little of the prompt (few n-gram matches).
 copy    "rewrite this paragraph with the typos fixed", the paragraph in the prompt: the answer copies
         long spans of it (what prompt-lookup drafts are for: rewrite, extract, edit).
 
@@ -14,16 +14,11 @@ from __future__ import annotations
 
 import random
 
+from ascendtile.runtime.cli import DEMO_PROMPTS
+
 WORKLOADS = ("random", "chat", "copy")
 
-CHAT_QUESTIONS = [
-    "What is the capital of France?",
-    "Give me three tips for writing clear code.",
-    "Explain what a KV cache is in one sentence.",
-    "Write a haiku about the sea.",
-    "Why is the sky blue?",
-    "Name two uses of a hash table.",
-]
+CHAT_QUESTIONS = [*DEMO_PROMPTS, "Why is the sky blue?", "Name two uses of a hash table."]
 
 # Plain prose written for this benchmark (no third-party text).
 PARAGRAPHS = [

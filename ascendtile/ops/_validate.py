@@ -8,7 +8,7 @@ import torch
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 INDEX_DTYPES = (torch.int32, torch.int64)
-INT8, INT32, FP32 = (torch.int8,), (torch.int32,), (torch.float32,)
+INT8, INT32, INT64, FP32, BOOL = (torch.int8,), (torch.int32,), (torch.int64,), (torch.float32,), (torch.bool,)
 
 
 def _dtype_names(dtypes: Iterable[torch.dtype]) -> str:
@@ -87,3 +87,10 @@ def check_nonempty_rows(name: str, t: torch.Tensor) -> None:
     """The last dim (the row an int8 op quantizes) holds at least one element."""
     if t.shape[-1] == 0:
         raise ValueError(f"{name}: last dim (the quantized row) must not be empty, got shape {tuple(t.shape)}")
+
+
+def check_vector(name: str, t: torch.Tensor, length: int, dtypes: tuple, what: str) -> None:
+    """A contiguous 1-D tensor of `length` elements of one of dtypes (`what` says what the length
+    counts, e.g. "one per row")."""
+    check_tensor(name, t, dtypes=dtypes, ndim=1, contiguous=True)
+    check_shape(name, t, (length,), what)

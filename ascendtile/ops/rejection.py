@@ -39,16 +39,10 @@ import torch
 
 from ascendtile.ops._indices import checkable
 from ascendtile.ops._registry import register_op
-from ascendtile.ops._validate import FP32, INT32, check_same_device, check_shape, check_tensor
+from ascendtile.ops._validate import (BOOL, FP32, INT32, INT64, check_same_device,
+                                       check_shape, check_tensor, check_vector)
 
-INT64 = (torch.int64,)
-BOOL = (torch.bool,)
 PLACEHOLDER = -1  # an output slot after a row's emitted tokens (vLLM's PLACEHOLDER_TOKEN_ID)
-
-
-def _check_flat(name: str, t: torch.Tensor, length: int, dtypes: tuple, what: str) -> None:
-    check_tensor(name, t, dtypes=dtypes, ndim=1, contiguous=True)
-    check_shape(name, t, (length,), what)
 
 
 def _check_batch(cu_num_draft_tokens: torch.Tensor, draft_token_ids: torch.Tensor) -> tuple[int, int]:
@@ -106,10 +100,10 @@ def _validate_greedy(output_token_ids, cu_num_draft_tokens, draft_token_ids, tar
                      is_greedy) -> None:
     requests, tokens = _check_batch(cu_num_draft_tokens, draft_token_ids)
     width = _check_output(output_token_ids, requests)
-    _check_flat("target_argmax", target_argmax, tokens, INT32, "one per draft token")
-    _check_flat("bonus_token_ids", bonus_token_ids, requests, INT32, "one per request")
+    check_vector("target_argmax", target_argmax, tokens, INT32, "one per draft token")
+    check_vector("bonus_token_ids", bonus_token_ids, requests, INT32, "one per request")
     if is_greedy is not None:
-        _check_flat("is_greedy", is_greedy, requests, BOOL, "one per request")
+        check_vector("is_greedy", is_greedy, requests, BOOL, "one per request")
     check_same_device(output_token_ids=output_token_ids, cu_num_draft_tokens=cu_num_draft_tokens,
                       draft_token_ids=draft_token_ids, target_argmax=target_argmax, bonus_token_ids=bonus_token_ids,
                       is_greedy=is_greedy)
@@ -119,10 +113,10 @@ def _validate_greedy(output_token_ids, cu_num_draft_tokens, draft_token_ids, tar
 def _validate_recovered(recovered_token_ids, cu_num_draft_tokens, draft_token_ids, draft_probs, target_probs, seeds,
                         steps) -> None:
     requests, tokens = _check_batch(cu_num_draft_tokens, draft_token_ids)
-    _check_flat("recovered_token_ids", recovered_token_ids, tokens, INT32, "one per draft token")
+    check_vector("recovered_token_ids", recovered_token_ids, tokens, INT32, "one per draft token")
     vocab = _check_probs(target_probs, draft_probs, tokens)
-    _check_flat("seeds", seeds, requests, INT64, "one per request")
-    _check_flat("steps", steps, tokens, INT64, "one per draft token")
+    check_vector("seeds", seeds, requests, INT64, "one per request")
+    check_vector("steps", steps, tokens, INT64, "one per draft token")
     check_same_device(recovered_token_ids=recovered_token_ids, cu_num_draft_tokens=cu_num_draft_tokens,
                       draft_token_ids=draft_token_ids, draft_probs=draft_probs, target_probs=target_probs,
                       seeds=seeds, steps=steps)
@@ -135,11 +129,11 @@ def _validate_random(output_token_ids, cu_num_draft_tokens, draft_token_ids, dra
     requests, tokens = _check_batch(cu_num_draft_tokens, draft_token_ids)
     width = _check_output(output_token_ids, requests)
     vocab = _check_probs(target_probs, draft_probs, tokens)
-    _check_flat("bonus_token_ids", bonus_token_ids, requests, INT32, "one per request")
-    _check_flat("recovered_token_ids", recovered_token_ids, tokens, INT32, "one per draft token")
-    _check_flat("seeds", seeds, requests, INT64, "one per request")
-    _check_flat("steps", steps, tokens, INT64, "one per draft token")
-    _check_flat("is_greedy", is_greedy, requests, BOOL, "one per request")
+    check_vector("bonus_token_ids", bonus_token_ids, requests, INT32, "one per request")
+    check_vector("recovered_token_ids", recovered_token_ids, tokens, INT32, "one per draft token")
+    check_vector("seeds", seeds, requests, INT64, "one per request")
+    check_vector("steps", steps, tokens, INT64, "one per draft token")
+    check_vector("is_greedy", is_greedy, requests, BOOL, "one per request")
     check_same_device(output_token_ids=output_token_ids, cu_num_draft_tokens=cu_num_draft_tokens,
                       draft_token_ids=draft_token_ids, draft_probs=draft_probs, target_probs=target_probs,
                       bonus_token_ids=bonus_token_ids, recovered_token_ids=recovered_token_ids, seeds=seeds,

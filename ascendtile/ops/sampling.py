@@ -25,11 +25,9 @@ import torch
 
 from ascendtile.ops._indices import checkable
 from ascendtile.ops._registry import register_op
-from ascendtile.ops._validate import FP32, INT32, check_same_device, check_shape, check_tensor
+from ascendtile.ops._validate import (FP32, INT8, INT32, INT64, check_same_device,
+                                       check_shape, check_tensor, check_vector)
 from ascendtile.ops.reference.sampling import SAMPLING_EPS  # noqa: F401  (public: SamplingParams' greedy bound)
-
-INT64 = (torch.int64,)
-INT8 = (torch.int8,)
 
 
 def _check_logits(logits: torch.Tensor) -> tuple[int, int]:
@@ -41,8 +39,7 @@ def _check_logits(logits: torch.Tensor) -> tuple[int, int]:
 
 def _check_per_row(rows: int, dtypes: tuple, **tensors: torch.Tensor) -> None:
     for name, t in tensors.items():
-        check_tensor(name, t, dtypes=dtypes, ndim=1, contiguous=True)
-        check_shape(name, t, (rows,), "one per row")
+        check_vector(name, t, rows, dtypes, "one per row")
 
 
 def _check_range(name: str, t: torch.Tensor, ok: torch.Tensor | None, what: str) -> None:
