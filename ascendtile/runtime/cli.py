@@ -37,8 +37,11 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--dtype", default="float32", help="float32 | float16 | bfloat16 (fp32 on CPU)")
-    parser.add_argument("--quantize", choices=("w8a8",), default=None, help="W8A8 dynamic on every Linear but the LM head")
+    parser.add_argument("--dtype", default=None,
+                        help="float32 | float16 | bfloat16 (default float32; bfloat16 with --quantize w4a16)")
+    parser.add_argument("--quantize", choices=("w8a8", "w4a16"), default=None,
+                        help="w8a8: int8 weights and dynamic activations on every Linear but the LM head; w4a16: "
+                        "4-bit weights (a GGUF's Q4 tensors as they are, float weights quantized per group)")
     parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--graph", choices=("auto", "off"), default="auto")
     parser.add_argument("--compilation-level", type=int, choices=(0, 1, 2, 3), default=0,

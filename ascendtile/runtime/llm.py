@@ -34,15 +34,17 @@ class LLM:
 
     model: an embedded model name ("default" = SmolLM2-135M-Instruct, "gemma3-270m"), an HF
     directory, a .gguf file, or an
-    already loaded `ascendtile.model.LoadedModel`. dtype: torch dtype or name ("float32" on
-    CPU). max_model_len: prompt + generated tokens per request (default: the model's
+    already loaded `ascendtile.model.LoadedModel`. dtype: torch dtype or name; None (default):
+    float32, bfloat16 with quantization="w4a16" (4-bit weights, 16-bit activations: see
+    ascendtile.model.default_dtype). max_model_len: prompt + generated tokens per request (default: the model's
     max_position_embeddings). max_num_seqs: sequences per step; max_num_batched_tokens: tokens
     per step (longer prompts are prefilled in chunks). block_size: tokens per KV block (default:
     the platform's, 128 on NPU and 16 on CPU/CUDA: `platform.default_block_size`); the
     cache holds num_kv_blocks blocks, or as many as fit in kv_cache_memory bytes, or (default)
     90% of free NPU/CUDA memory / 1 GiB on CPU. graph: "auto" runs decode steps through the
     bucketed GraphRunner on NPU/CUDA (captured graphs; CPU runs every step eagerly, unpadded),
-    "off" runs every step eagerly. quantization: None or "w8a8". seed: for unseeded sampling.
+    "off" runs every step eagerly. quantization: None, "w8a8" or "w4a16" (ascendtile.model.load_model
+    says what each converts; a quantized checkpoint loads quantized either way). seed: for unseeded sampling.
     compilation_config: a CompilationConfig, a dict of its fields, or an int level (0 none, 1
     Dynamo as is, 2 Dynamo once, 3 piecewise; see ascendtile/compilation/config.py); None = level 0.
     speculative_config: None (off), a SpeculativeConfig or a dict of its fields in vLLM's names
@@ -65,7 +67,7 @@ class LLM:
     stops the workers (also done on garbage collection and at exit).
     """
 
-    def __init__(self, model="default", dtype: torch.dtype | str = torch.float32, device: str | None = None,
+    def __init__(self, model="default", dtype: torch.dtype | str | None = None, device: str | None = None,
                  max_model_len: int | None = None, max_num_seqs: int = 32, max_num_batched_tokens: int = 2048,
                  block_size: int | None = None, num_kv_blocks: int | None = None, kv_cache_memory: int | None = None,
                  enable_prefix_caching: bool = True, graph: str = "auto", quantization: str | None = None,
@@ -73,15 +75,16 @@ class LLM:
                  tensor_parallel_size: int = 1, tp_timeout_s: float = 600.0,
                  speculative_config: SpeculativeConfig | dict | None = None) -> None:
         from ascendtile import platform
-        from ascendtile.model import LoadedModel, load_model, model_path
+        from ascendtile.model import LoadedModel, check_quantization, default_dtype, load_model, model_path
 
+        check_quantization(quantization)
         if graph not in ("auto", "off"):
             raise ValueError(f"graph: must be 'auto' or 'off', got {graph!r}")
         size = check_tensor_parallel_size(tensor_parallel_size)
         if not tp_timeout_s > 0:
             raise ValueError(f"tp_timeout_s: must be > 0, got {tp_timeout_s}")
         dev = torch.device(device) if device is not None else platform.default_device()
-        args = EngineArgs(resolve_dtype(dtype), dev, max_model_len, max_num_seqs, max_num_batched_tokens,
+        args = EngineArgs(default_dtype(quantization) if dtype is None else resolve_dtype(dtype), dev, max_model_len, max_num_seqs, max_num_batched_tokens,
                           platform.default_block_size(dev) if block_size is None else block_size, num_kv_blocks,
                           kv_cache_memory, enable_prefix_caching, graph, quantization, seed,
                           CompilationConfig.from_user(compilation_config),

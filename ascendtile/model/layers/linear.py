@@ -1,5 +1,5 @@
-"""Linear: an nn.Linear-layout projection that may be W8A8 and may merge several checkpoint
-projections (q/k/v, gate/up) into one matmul.
+"""Linear: an nn.Linear-layout projection that may be W8A8 or W4A16 and may merge several
+checkpoint projections (q/k/v, gate/up) into one matmul.
 
 Float: weight [N, K] in the model dtype, y = x·Wᵀ + b. On CPU with oneDNN, `prepack()` (run
        once after loading, by CausalLM.post_load) reorders an fp32 weight, or a bf16 one on a CPU
@@ -13,6 +13,12 @@ Float: weight [N, K] in the model dtype, y = x·Wᵀ + b. On CPU with oneDNN, `p
        carry no version counter: only replacement is noticed for them).
 W8A8:  weight int8 [N, K], weight_scale fp32 [N] (per output channel), input_scale fp32 [1]
        (static) or None (dynamic per-token); y = ascendtile.ops.w8a8_linear(...).
+W4A16: no weight; qweight uint8 [N, K/2] (4-bit values, two per byte), scales and mins fp32
+       [N, K/group_size], w = q·scale + min (ops/reference/w4a16.py); y =
+       ascendtile.ops.w4a16_linear(...), exact fp32 weights and accumulation. On CPU with bf16
+       activations and bf16 dot products, `prepack()` also packs the weight for torch's int4
+       kernel (int4pack.py: its scale and zero rounded to bf16), which small row counts (decode)
+       take instead of the op. `dtype` of to_w4a16_shell is the model's, the activations' dtype.
 """
 from __future__ import annotations
 
@@ -24,6 +30,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import ascendtile.ops as ak
+from ascendtile.ops.reference.w4a16 import dequantize_w4a16
+from ascendtile.model.layers.int4pack import Int4Pack, pack_int4
 from ascendtile.platform import cpu_has_bf16_dot
 
 # oneDNN picks its blocked layout for an expected row count; decode batches of 1 to a few dozen
@@ -104,11 +112,22 @@ class Linear(nn.Module):
         self.bias = nn.Parameter(torch.empty(self.out_features), requires_grad=False) if bias else None
         self.register_parameter("weight_scale", None)  # set by to_w8a8_shell
         self.register_parameter("input_scale", None)
-        self.packed: PackedWeight | None = None
+        for name in ("qweight", "scales", "mins"):  # set by to_w4a16_shell
+            self.register_parameter(name, None)
+        self.group_size = 0
+        self.activation_dtype: torch.dtype | None = None
+        self.packed: PackedWeight | Int4Pack | None = None
+
+    @property
+    def kind(self) -> str:
+        """The weight format: "float", "w8a8" or "w4a16"."""
+        if self.qweight is not None:
+            return "w4a16"
+        return "w8a8" if self.weight.dtype == torch.int8 else "float"
 
     @property
     def quantized(self) -> bool:
-        return self.weight.dtype == torch.int8
+        return self.kind != "float"
 
     def shard_offsets(self) -> dict[str, tuple[int, int]]:
         """shard name -> (row offset, rows) in the merged weight."""
@@ -128,18 +147,49 @@ class Linear(nn.Module):
                                           requires_grad=False)
         self.input_scale = nn.Parameter(torch.zeros(1, dtype=torch.float32, device=device), requires_grad=False) if static else None
 
+    def to_w4a16_shell(self, group_size: int, dtype: torch.dtype) -> None:
+        """Replace the float weight by uninitialised W4A16 qweight, scales and mins (filled by a
+        loader) in groups of `group_size` inputs (even, dividing in_features); `dtype`: the
+        model's, which the activations arrive in."""
+        if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 2 or group_size % 2:
+            raise ValueError(f"group_size: must be an even int >= 2, got {group_size!r}")
+        if self.in_features % group_size:
+            raise ValueError(f"group_size: {group_size} does not divide in_features {self.in_features}")
+        device = self.weight.device if self.weight is not None else self.qweight.device
+        n, groups = self.out_features, self.in_features // group_size
+        self.packed = None
+        self.weight = self.weight_scale = self.input_scale = None
+        self.qweight = nn.Parameter(torch.empty(n, self.in_features // 2, dtype=torch.uint8, device=device),
+                                    requires_grad=False)
+        self.scales = nn.Parameter(torch.empty(n, groups, device=device), requires_grad=False)
+        self.mins = nn.Parameter(torch.empty(n, groups, device=device), requires_grad=False)
+        self.group_size, self.activation_dtype = group_size, dtype
+
     def dequantized_weight(self, dtype: torch.dtype) -> torch.Tensor:
-        if not self.quantized:
-            return self.weight.to(dtype)
-        return (self.weight.float() * self.weight_scale[:, None]).to(dtype)
+        if self.kind == "w4a16":
+            return dequantize_w4a16(self.qweight, self.scales, self.mins, self.group_size).to(dtype)
+        if self.kind == "w8a8":
+            return (self.weight.float() * self.weight_scale[:, None]).to(dtype)
+        return self.weight.to(dtype)
 
     def prepack(self) -> None:
-        """Pack the float weight for oneDNN where that helps (see pack_weight); W8A8: nothing."""
-        self.packed = None if self.quantized else pack_weight(self.weight)
+        """Pack the float weight for oneDNN where that helps (see pack_weight), a W4A16 one for
+        torch's int4 kernel where that helps (int4pack.pack_int4); W8A8: nothing."""
+        if self.kind == "w4a16":
+            self.packed = pack_int4(self.qweight, self.scales, self.mins, self.group_size, self.activation_dtype)
+        else:
+            self.packed = None if self.quantized else pack_weight(self.weight)
 
     def project(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         """x·Wᵀ (+ bias): the matmul alone, which a row-parallel subclass reduces before its bias."""
-        if self.quantized:
+        kind = self.kind
+        if kind == "w4a16":
+            params = (self.qweight, self.scales, self.mins)
+            # Not while Dynamo traces: the staleness check would be a data-dependent guard.
+            if self.packed is not None and not torch.compiler.is_compiling() and self.packed.usable_for(params, x):
+                return self.packed.linear(x, bias)
+            return ak.w4a16_linear(x, *params, self.group_size, bias)
+        if kind == "w8a8":
             return ak.w8a8_linear(x, self.weight, self.weight_scale, self.input_scale, bias)
         return float_linear(x, self.weight, bias, self.packed)
 
@@ -147,6 +197,11 @@ class Linear(nn.Module):
         return self.project(x, self.bias)
 
     def extra_repr(self) -> str:
-        kind = "w8a8-" + ("static" if self.input_scale is not None else "dynamic") if self.quantized else "float"
-        kind += ", onednn-packed" if self.packed is not None else ""
+        kind = self.kind
+        if kind == "w8a8":
+            kind += "-" + ("static" if self.input_scale is not None else "dynamic")
+        elif kind == "w4a16":
+            kind += f", group_size={self.group_size}"
+        if self.packed is not None:
+            kind += ", int4pack" if kind.startswith("w4a16") else ", onednn-packed"
         return f"in={self.in_features}, out={self.shard_sizes}, bias={self.bias is not None}, {kind}"

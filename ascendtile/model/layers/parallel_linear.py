@@ -5,7 +5,10 @@ Row-parallel: each rank holds a range of input columns and multiplies the matchi
 activation; the partial products are summed by an all-reduce, and the bias is added once after it.
 A row-parallel linear built with `reduce_results=False` returns its rank's partial product instead
 (rank 0 adds the bias), for a caller that sums several of them first and reduces once (MoE).
-`checkpoint_slice` tells the weight loader which part of each checkpoint tensor a rank keeps."""
+`checkpoint_slice` tells the weight loader which part of each checkpoint tensor a rank keeps.
+W4A16 shards like the float weight: a column-parallel rank keeps its rows of qweight, scales and
+mins; a row-parallel rank its columns, which must be whole groups (to_w4a16_shell refuses a share
+that splits one), so it keeps qweight's bytes and the scales and mins of its groups."""
 from __future__ import annotations
 
 import torch
@@ -40,9 +43,20 @@ class RowParallelLinear(Linear):
         super().__init__(share.count, out_features, bias=bias)
         self.share, self.reduce_results = share, reduce_results
 
+    def to_w4a16_shell(self, group_size: int, dtype: torch.dtype) -> None:
+        start, count, total = self.share.start, self.share.count, self.share.total
+        if isinstance(group_size, int) and group_size > 0 and (start % group_size or count % group_size):
+            raise ValueError(f"group_size: this rank's input columns [{start}, {start + count}) of {total} split a "
+                             f"group of {group_size} (tensor_parallel_size {total // count}): a row-parallel shard "
+                             "must hold whole groups")
+        super().to_w4a16_shell(group_size, dtype)
+
     def checkpoint_slice(self, param_name: str, shard: str | None) -> tuple[int, int, int] | None:
         # bias and per-output-channel scales cover every output: each rank keeps them whole
-        return (1, self.share.start, self.share.total) if param_name == "weight" else None
+        per_column = {"weight": 1, "qweight": 2, "scales": self.group_size, "mins": self.group_size}.get(param_name)
+        if per_column is None:
+            return None
+        return 1, self.share.start // per_column, self.share.total // per_column
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [T, share.count] -> [T, out_features], summed over the group unless reduce_results is off."""

@@ -23,6 +23,10 @@ from torch import nn
 from ascendtile.model.layers.linear import Linear
 
 
+# Integer parameter dtypes (quantized weights), which a checkpoint must match exactly.
+_INTEGER_PARAMS = {torch.int8: "int8 (W8A8)", torch.uint8: "uint8 (W4A16 packed 4-bit values)"}
+
+
 class CheckpointTensor(Protocol):
     """A tensor of a checkpoint file, not read yet."""
     shape: tuple[int, ...]
@@ -100,8 +104,8 @@ def _targets(model: nn.Module) -> dict[str, _Target]:
 
 def load_weights(model: nn.Module, tensors: Iterable[tuple[str, str, CheckpointTensor]], source: str,
                  dtype: torch.dtype) -> None:
-    """Read (file, name, tensor) triples into `model`, float tensors cast to `dtype` (int8 weights
-    and their fp32 scales keep theirs); raise ValueError on an unexpected name, a shape or dtype
+    """Read (file, name, tensor) triples into `model`, float tensors cast to `dtype` (quantized
+    weights and their fp32 scales and mins keep theirs); raise ValueError on an unexpected name, a shape or dtype
     mismatch, or, at the end, any parameter the checkpoint did not provide."""
     targets = _targets(model)
     tied = getattr(getattr(model, "config", None), "tie_word_embeddings", False)
@@ -141,10 +145,11 @@ def _copy(file: str, name: str, source: CheckpointTensor, target: _Target, dtype
         tensor = tensor.reshape(-1)
     if tuple(tensor.shape) != tuple(dest.shape):  # a reader returning other than its header said
         raise ValueError(f"{file}: tensor {name!r} read as shape {tuple(tensor.shape)}, expected {tuple(dest.shape)}")
-    if (param.dtype == torch.int8) != (tensor.dtype == torch.int8):
+    integer = _INTEGER_PARAMS.get(param.dtype)
+    if (integer is not None or tensor.dtype in _INTEGER_PARAMS) and tensor.dtype != param.dtype:
         raise ValueError(f"{file}: tensor {name!r} has dtype {tensor.dtype}, the model expects "
-                         f"{'int8 (W8A8)' if param.dtype == torch.int8 else 'a float dtype'}")
-    if not scale and tensor.dtype != torch.int8:
+                         f"{integer or 'a float dtype'}")
+    if param.dtype == dtype:  # W8A8 / W4A16 scales and mins stay fp32, quantized weights integer
         tensor = tensor.to(dtype)
     checkpoint_offset = getattr(param, "checkpoint_offset", 0.0)
     if checkpoint_offset:

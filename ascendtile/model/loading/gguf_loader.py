@@ -10,19 +10,24 @@ subtracted to give HF's tensors, as transformers' own GGUF loader does. A file w
 (linear, yarn); files with a rope_freqs tensor (Llama 3.1 per-frequency factors) are refused.
 Gemma 3 fields a GGUF does not carry (local rope base, layer pattern, query_pre_attn_scalar)
 take HF's Gemma3TextConfig defaults, as transformers does.
+W4A16 (load_model(quantization="w4a16")): the 4-bit tensors of the linears the loader made W4A16
+shells are read as their three parameters `<layer>.qweight`, `.scales`, `.mins` decoded from the
+file's bytes (gguf_w4a16.py), un-permuted like the float rows; every other tensor as above.
 """
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Collection, Iterator
 
 import numpy as np
 import torch
 
 from ascendtile.model.architectures.model_config import ModelConfig
+from ascendtile.model.loading.checkpoint import CheckpointTensor
 from ascendtile.model.loading.config import parse_config
 from ascendtile.model.loading.gguf_reader import GGUFTensor, read_gguf
+from ascendtile.model.loading.gguf_w4a16 import INT4_TYPES, int4_parameters, read_int4
 
 _LAYER_NAMES = {
     "attn_norm": "input_layernorm",
@@ -93,8 +98,14 @@ class GGUFFile:
         }
         return parse_config(raw, self.path)
 
-    def tensors(self) -> Iterator[tuple[str, str, GGUFCheckpointTensor]]:
-        """(file, HF name, unread tensor in HF's layout) for every tensor."""
+    def int4_weights(self) -> set[str]:
+        """HF names of the 2-D Q4_0 / Q4_1 / Q4_K tensors: those that can load as W4A16."""
+        return {_hf_name(t.name, self.layer_names) for t in self.gguf_tensors
+                if t.tensor_type in INT4_TYPES and len(t.shape) == 2}
+
+    def tensors(self, int4: Collection[str] = ()) -> Iterator[tuple[str, str, CheckpointTensor]]:
+        """(file, HF name, unread tensor in HF's layout) for every tensor; a weight named in `int4`
+        (from int4_weights) as its W4A16 parameters `<layer>.qweight`, `.scales`, `.mins`."""
         cfg = self.config()
         permuted = ({"q_proj.weight": cfg.num_attention_heads, "k_proj.weight": cfg.num_key_value_heads}
                     if self.arch == "llama" else {})
@@ -102,7 +113,13 @@ class GGUFFile:
             name = _hf_name(t.name, self.layer_names)
             norm = self.arch == "gemma3" and name.endswith("norm.weight")
             heads = permuted.get(name.rpartition(".self_attn.")[2], 0)
-            yield self.path, name, GGUFCheckpointTensor(self.path, t, heads, norm)
+            tensor = GGUFCheckpointTensor(self.path, t, heads, norm)
+            if name not in int4:
+                yield self.path, name, tensor
+                continue
+            layer = name.removesuffix(".weight")
+            for param, part in int4_parameters(tensor).items():
+                yield self.path, f"{layer}.{param}", part
 
 
 class GGUFCheckpointTensor:
@@ -116,9 +133,13 @@ class GGUFCheckpointTensor:
         self.path, self.tensor, self.shape = path, tensor, tensor.shape
         self.permuted_heads, self.norm = permuted_heads, norm
 
-    def read(self, part: tuple[int, int, int] | None) -> torch.Tensor:
+    def _whole_heads(self, part: tuple[int, int, int] | None) -> bool:
+        """Whether `part` can be read alone: not rows of permuted q/k that split a head."""
         head_rows = self.shape[0] // self.permuted_heads if self.permuted_heads else 1
-        if part is not None and part[0] == 0 and (part[1] % head_rows or part[2] % head_rows):
+        return part is None or part[0] != 0 or (part[1] % head_rows == 0 and part[2] % head_rows == 0)
+
+    def read(self, part: tuple[int, int, int] | None) -> torch.Tensor:
+        if not self._whole_heads(part):
             return self.read(None).narrow(*part)
         try:
             array = self.tensor.dequantize(part)
@@ -130,8 +151,21 @@ class GGUFCheckpointTensor:
         if self.norm:
             array = array - 1.0  # stored as 1 + w
         elif self.permuted_heads:
-            array = _unpermute(array, array.shape[0] // head_rows)
+            array = _unpermute(array, self.permuted_heads * array.shape[0] // self.shape[0])
         return torch.from_numpy(np.array(array, dtype=np.float32))  # copies out of the read-only memmap
+
+    def read_int4(self, part: tuple[int, int, int] | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """read()'s part of a 4-bit tensor as W4A16 (qweight, scales, mins) (gguf_w4a16.read_int4,
+        no float copy), permuted q/k rows put back in all three alike."""
+        if not self._whole_heads(part):
+            return tuple(t.narrow(*part) for t in self.read_int4(None))
+        try:
+            arrays = read_int4(self.tensor, part)
+        except ValueError as exc:
+            raise ValueError(f"{self.path}: {exc}") from exc
+        if self.permuted_heads:
+            arrays = [_unpermute(a, self.permuted_heads * a.shape[0] // self.shape[0]) for a in arrays]
+        return tuple(torch.from_numpy(np.ascontiguousarray(a)) for a in arrays)
 
 
 def _rope_scaling(m: dict[str, Any], p: str) -> dict | None:

@@ -20,8 +20,9 @@ from ascendtile.distributed import tp_size
 from ascendtile.model.layers.linear import Linear
 
 
-def _linears(model: nn.Module) -> list[tuple[str, Linear]]:
-    # The LM head stays float: it is one matmul per sampled token and dominates logit accuracy.
+def quantizable_linears(model: nn.Module) -> list[tuple[str, Linear]]:
+    """(name, module) of every Linear but the LM head, which W8A8 and W4A16 keep float: it is one
+    matmul per sampled token and dominates logit accuracy."""
     return [(name, m) for name, m in model.named_modules() if isinstance(m, Linear) and name != "lm_head"]
 
 
@@ -34,7 +35,7 @@ def _calibrate(model: nn.Module, calibration: Callable[[nn.Module], None]) -> di
             peaks[name] = max(peaks.get(name, 0.0), args[0].detach().abs().max().item())
         return record
 
-    handles = [m.register_forward_pre_hook(hook(name)) for name, m in _linears(model)]
+    handles = [m.register_forward_pre_hook(hook(name)) for name, m in quantizable_linears(model)]
     try:
         with torch.no_grad():
             calibration(model)
@@ -61,7 +62,7 @@ def quantize_w8a8(model: nn.Module, activation: str = "dynamic",
     if activation == "static" and calibration is None:
         raise ValueError("calibration: static activation scales need a calibration callable")
     peaks = _calibrate(model, calibration) if activation == "static" else {}
-    for name, linear in _linears(model):
+    for name, linear in quantizable_linears(model):
         if linear.quantized:
             continue
         w = linear.weight.float()
@@ -96,20 +97,21 @@ def quantization_config(static: bool) -> dict:
 
 def checkpoint_is_w8a8(raw_config: dict) -> bool:
     """Whether config.json declares a compressed-tensors int8 W8A8 checkpoint; raises on any other
-    quantization."""
+    quantization but pack-quantized (W4A16: w4a16_checkpoint.py)."""
     q = raw_config.get("quantization_config")
-    if not q:
+    if not q or (q.get("quant_method") == "compressed-tensors" and q.get("format") == "pack-quantized"):
         return False
     groups = list(q.get("config_groups", {}).values())
     if q.get("quant_method") != "compressed-tensors" or q.get("format") != "int-quantized" or len(groups) != 1:
-        raise ValueError(f"quantization_config: only compressed-tensors int-quantized W8A8 is supported, got {q.get('quant_method')!r}/{q.get('format')!r}")
+        raise ValueError("quantization_config: only compressed-tensors int-quantized W8A8 and pack-quantized W4A16 "
+                         f"are supported, got {q.get('quant_method')!r}/{q.get('format')!r}")
     return True
 
 
 def prepare_w8a8_shells(model: nn.Module, tensor_names: set[str]) -> None:
     """Turn every Linear except lm_head into an int8 shell so a quantized checkpoint loads into
     it; a Linear gets a static input scale when the checkpoint has one for it (or a shard of it)."""
-    for name, linear in _linears(model):
+    for name, linear in quantizable_linears(model):
         parent = name.rpartition(".")[0]
         sources = [f"{parent}.{shard}" for shard in linear.shard_names] or [name]
         linear.to_w8a8_shell(static=any(f"{src}.input_scale" in tensor_names for src in sources))
@@ -123,8 +125,8 @@ def save_w8a8(model: nn.Module, directory: str | Path, raw_config: dict) -> None
                                   "shard; save from a process outside any tensor-parallel group")
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    linears = dict(_linears(model))
-    if not linears or not all(m.quantized for m in linears.values()):
+    linears = dict(quantizable_linears(model))
+    if not linears or not all(m.kind == "w8a8" for m in linears.values()):
         raise ValueError("model: quantize it with quantize_w8a8 before saving a W8A8 checkpoint")
     static = any(m.input_scale is not None for m in linears.values())
     tensors: dict[str, torch.Tensor] = {}

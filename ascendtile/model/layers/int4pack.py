@@ -1,0 +1,95 @@
+"""The CPU fast path of a W4A16 linear: torch's weight-only int4 GEMM
+(`torch._weight_int4pack_mm_for_cpu`) on a copy of the 4-bit weight in its packed layout
+(`torch._convert_weight_to_int4pack_for_cpu`), with bf16 activations.
+
+torch's kernel computes w = (q − 8)·scale + zero per group from `scale_and_zeros` [K/g, N, 2] in
+the activation dtype, so our w = q·scale + min becomes zero = min + 8·scale, both rounded to bf16:
+not the exact fp32 weights the op multiplies (ascendtile.ops.w4a16_linear), a bf16-activation
+model's rounding. It takes groups g of 32, 64, 128 or 256 (a larger quantization group, e.g.
+compressed-tensors' "channel", repeats its scale over several g) and N a multiple of 16.
+
+Measured (2026-11-26, AMD EPYC avx512_bf16 + VNNI, no AMX, 2 threads; 10 SmolLM2 layers' q/k/v,
+o, gate/up and down linears, distinct weights, group 32, bf16 x, ms for all 40; two runs, the
+second shown):
+  | rows | int4pack | op (fp32 dequantize per 512 rows + fp32 GEMM) | dequantize to bf16 + bf16 GEMM |
+  |---:|---:|---:|---:|
+  | 1 | 1.3 | ~31 | ~93 |
+  | 16 | 8.9 | 40.5 | 50.8 |
+  | 32 | 17.4 | 44.9 | 57.9 |
+  | 64 | 34.4 | 58.9 | 72.4 |
+  | 128 | 68.2 | 73.3 | 102.6 |
+  | 512 | 273.8 | 180.7 | 278.4 |
+int4pack grows linearly with the rows (no weight reuse across rows), the op's dequantization is a
+fixed cost its fp32 GEMM then amortises: int4pack up to INT4PACK_MAX_ROWS, the op above. fp16
+activations run the kernel's unvectorised path on this CPU (57 ms at 1 row, 43× bf16), fp32 ones
+too (20–100× slower, reference-facts), and AVX2 CPUs have no bf16 dot products: those take the op.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import torch
+
+from ascendtile.ops.reference.w4a16 import unpack_nibbles
+from ascendtile.platform import cpu_has_bf16_dot
+
+# Groups torch's CPU kernel takes, largest first.
+KERNEL_GROUPS = (256, 128, 64, 32)
+# torch's packed layout blocks 16 output rows.
+ROW_BLOCK = 16
+# Rows of activations up to which int4pack beats the op (the table above: 68 vs 73 ms at 128
+# rows, 274 vs 181 at 512).
+INT4PACK_MAX_ROWS = 128
+
+
+@dataclass(frozen=True)
+class Int4Pack:
+    """A W4A16 weight packed for torch's int4 kernel, valid while `sources` (qweight, scales, mins)
+    are the same tensors at the same versions (None: inference tensors, which have none)."""
+    sources: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+    versions: tuple[int | None, ...]
+    quant_group: int
+    group_size: int  # the kernel's group: divides quant_group
+    packed: torch.Tensor
+    scale_and_zeros: torch.Tensor  # [K / group_size, N, 2] in the activation dtype
+
+    def usable_for(self, params: tuple[torch.Tensor, torch.Tensor, torch.Tensor], x: torch.Tensor) -> bool:
+        return (all(p is s for p, s in zip(params, self.sources))
+                and all(v is None or p._version == v for p, v in zip(params, self.versions))
+                and x.device.type == "cpu" and x.dtype == self.scale_and_zeros.dtype
+                and x.numel() <= INT4PACK_MAX_ROWS * x.shape[-1])
+
+    def linear(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """x [..., K] -> x·Wᵀ (+ bias) [..., N] in x's dtype."""
+        rows = x.reshape(-1, x.shape[-1]).contiguous()
+        y = torch._weight_int4pack_mm_for_cpu(rows, self.packed, self.group_size, self.scale_and_zeros)
+        if bias is not None:
+            y = y + bias
+        return y.reshape(*x.shape[:-1], y.shape[-1])
+
+    def __deepcopy__(self, memo: dict) -> Int4Pack | None:
+        # memo maps the sources to the copy's own parameters: pack those, so a deep-copied model
+        # keeps its fast path (a copied parameter starts at version 0, which would read stale).
+        sources = [copy.deepcopy(s, memo) for s in self.sources]
+        return pack_int4(*sources, self.quant_group, self.scale_and_zeros.dtype)
+
+
+def pack_int4(qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor, group_size: int,
+              dtype: torch.dtype) -> Int4Pack | None:
+    """The int4pack copy of a W4A16 weight (qweight uint8 [N, K/2], scales / mins fp32 [N, K/group_size])
+    for activations of `dtype`, or None where the kernel does not help: not bf16, a CPU without
+    bf16 dot products, another device, N not a multiple of 16, or a group no kernel group divides."""
+    kernel_group = next((g for g in KERNEL_GROUPS if group_size % g == 0), None)
+    if (dtype != torch.bfloat16 or qweight.device.type != "cpu" or not cpu_has_bf16_dot()
+            or qweight.shape[0] % ROW_BLOCK or kernel_group is None):
+        return None
+    with torch.no_grad():
+        packed = torch._convert_weight_to_int4pack_for_cpu(unpack_nibbles(qweight).to(torch.int32), 1)
+        repeat = group_size // kernel_group
+        scale = scales.repeat_interleave(repeat, dim=1)
+        zero = (mins + 8 * scales).repeat_interleave(repeat, dim=1)  # (q − 8)·scale + zero = q·scale + min
+        scale_and_zeros = torch.stack([scale.t(), zero.t()], dim=-1).to(dtype).contiguous()
+    sources = (qweight, scales, mins)
+    versions = tuple(None if s.is_inference() else s._version for s in sources)
+    return Int4Pack(sources, versions, group_size, kernel_group, packed, scale_and_zeros)
