@@ -1,0 +1,141 @@
+"""W4A16 linear (w4a16_linear): activations [M, K] (fp16/bf16/fp32) times group-wise 4-bit weights
+in the packed layout of ops/reference/w4a16.py (uint8 [N, K/2], fp32 scale and min per group).
+
+One mix kernel, persistent over [BLOCK_M, BLOCK_N] output tiles. Per K step the vector core loads
+the [BLOCK_N, BLOCK_K/2] byte tile (as int8: Ascend has no unsigned loads), splits each byte into
+its low (k = 2j) and high (k = 2j + 1) nibble, interleaves them back into K order and
+dequantizes w = q·scale + min in fp32 (the reference's exact weight); the cube multiplies the
+activation tile by it (tl.dot, fp32 accumulator); the epilogue adds the bias and rounds once to
+the input dtype.
+
+The dot runs in the input's dtype: the fp32 weight is rounded once to fp16/bf16 (as vLLM's Marlin
+and CPU WNA16 kernels dequantize into the activation dtype), so the cube runs at its native rate
+with half the L1/L0 footprint of an fp32 dot. The cost is that one rounding per weight (relative
+2^-11 fp16, 2^-9 bf16); tests/tolerances.py bounds it. fp32 inputs take an fp32 dot.
+
+Group parameters are applied per weight element, so a K step may hold several groups or lie
+inside one: BLOCK_K is a multiple of group_size (GROUPS_PER_BLOCK groups, broadcast by a
+[BLOCK_N, GROUPS_PER_BLOCK, group] reshape) or divides it (one scale column per step). Either
+way no step straddles a group boundary, and a step loads each scale once, never per element.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ascendtile.kernels._attention import dot, upcast_dot
+from ascendtile.platform import grid_size
+
+# Tiles bishengir-compile plans within the gate (lowering/cases/w4a16.py): BLOCK_N 64, K steps of
+# 128 at 16-32 rows (84-121 KB of UB with 16-bit activations) and of 64 at 128 rows (106-115 KB).
+# fp32 activations take half those K steps: the full ones planned 163-169 KB with several groups
+# per step. bishengir-compile aborts ("getIndexingMaps not implemented") on 64x64 and 128x128x32
+# tiles, and 128-column tiles at 16-64 rows plan 165-171 KB with several groups per step.
+BLOCK_KS = (128, 64, 32)
+BLOCK_N = 64
+MAX_BLOCK_K = {16: 128, 32: 128, 128: 64}  # by BLOCK_M, for 16-bit activations
+@triton.jit
+def _dequantized_halves(qw_tile, scale_tile, min_tile, rn, rk2, col_mask, k0, K, n_groups, group_size,
+                        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUPS_PER_BLOCK: tl.constexpr):
+    """The K step at k0 as two fp32 [BLOCK_N, BLOCK_K/2] weight tiles, q·scale + min of the even
+    inputs (low nibbles) and of the odd ones (high nibbles)."""
+    b = tl.load(qw_tile + rn[:, None] * (K // 2) + k0 // 2 + rk2[None, :],
+                mask=col_mask[:, None] & (rk2 < (K - k0) // 2)[None, :], other=0).to(tl.int32)
+    # int8 bytes: the sign extension sets the bits above 7; & 15 after the shift drops them.
+    lo = (b & 15).to(tl.float32)
+    hi = ((b >> 4) & 15).to(tl.float32)
+    g = k0 // group_size + tl.arange(0, GROUPS_PER_BLOCK)
+    offs = rn[:, None] * n_groups + g[None, :]
+    g_mask = col_mask[:, None] & (g < n_groups)[None, :]
+    scale = tl.load(scale_tile + offs, mask=g_mask, other=0.0)[:, :, None]
+    shift = tl.load(min_tile + offs, mask=g_mask, other=0.0)[:, :, None]
+    # A byte's two inputs share its group: each group is BLOCK_K / 2 / GROUPS_PER_BLOCK bytes.
+    grouped: tl.constexpr = (BLOCK_N, GROUPS_PER_BLOCK, BLOCK_K // 2 // GROUPS_PER_BLOCK)
+    w_even = tl.reshape(tl.reshape(lo, grouped) * scale + shift, (BLOCK_N, BLOCK_K // 2))
+    w_odd = tl.reshape(tl.reshape(hi, grouped) * scale + shift, (BLOCK_N, BLOCK_K // 2))
+    return w_even, w_odd
+
+
+@triton.jit(do_not_specialize=["M", "N", "K", "n_groups", "group_size", "stride_xm", "stride_om"])
+def w4a16_linear_kernel(
+    x_ptr, qw_ptr, scale_ptr, min_ptr, bias_ptr, out_ptr,
+    M, N, K, n_groups, group_size, stride_xm, stride_om,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUPS_PER_BLOCK: tl.constexpr,
+    HAS_BIAS: tl.constexpr, UPCAST_DOT: tl.constexpr,
+):
+    rm = tl.arange(0, BLOCK_M)
+    rn = tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    rk2 = tl.arange(0, BLOCK_K // 2)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    for tile in range(tl.program_id(0), tl.cdiv(M, BLOCK_M) * tiles_n, tl.num_programs(0)):
+        row0 = (tile // tiles_n) * BLOCK_M
+        col0 = (tile % tiles_n) * BLOCK_N
+        row_mask = rm < M - row0
+        col_mask = rn < N - col0
+        x_tile = x_ptr + tl.cast(row0, tl.int64) * stride_xm
+        qw_tile = qw_ptr + tl.cast(col0, tl.int64) * (K // 2)
+        scale_tile = scale_ptr + tl.cast(col0, tl.int64) * n_groups
+        min_tile = min_ptr + tl.cast(col0, tl.int64) * n_groups
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            x = tl.load(x_tile + k0 + rm[:, None] * stride_xm + rk[None, :],
+                        mask=row_mask[:, None] & (rk < K - k0)[None, :], other=0.0)
+            # The activation tile's even and odd columns, split on chip, meet the low- and
+            # high-nibble weights in two dots: the (larger) weight tile is never interleaved.
+            x_even, x_odd = tl.split(tl.reshape(x, (BLOCK_M, BLOCK_K // 2, 2)))
+            w_even, w_odd = _dequantized_halves(qw_tile, scale_tile, min_tile, rn, rk2, col_mask, k0, K, n_groups,
+                                                group_size, BLOCK_N, BLOCK_K, GROUPS_PER_BLOCK)
+            acc += dot(x_even, tl.trans(w_even.to(x_ptr.dtype.element_ty)), UPCAST_DOT)
+            acc += dot(x_odd, tl.trans(w_odd.to(x_ptr.dtype.element_ty)), UPCAST_DOT)
+        if HAS_BIAS:
+            acc = acc + tl.load(bias_ptr + col0 + rn, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+        out_tile = out_ptr + tl.cast(row0, tl.int64) * stride_om + col0
+        tl.store(out_tile + rm[:, None] * stride_om + rn[None, :], acc.to(out_ptr.dtype.element_ty),
+                 mask=row_mask[:, None] & col_mask[None, :])
+
+
+def max_block_k(block_m: int, dtype: torch.dtype) -> int:
+    return MAX_BLOCK_K[block_m] // (2 if dtype == torch.float32 else 1)
+
+
+def block_k_for(block_m: int, k: int, group_size: int, dtype: torch.dtype) -> int:
+    """The largest K step of BLOCK_KS up to max_block_k that is a multiple of group_size or
+    divides it (no step straddles a group), or any when the one group is the whole row (per
+    channel)."""
+    return next(bk for bk in BLOCK_KS if bk <= max_block_k(block_m, dtype)
+                and (bk % group_size == 0 or group_size % bk == 0 or group_size == k))
+
+
+def groups_per_block(block_k: int, group_size: int) -> int:
+    return max(1, block_k // group_size)
+
+
+def block_m_for(m: int) -> int:
+    """Rows per tile: 16 (the smallest dot tile) or 32 for decode batches, else 128."""
+    return next(bm for bm in MAX_BLOCK_K if m <= bm or bm == max(MAX_BLOCK_K))
+
+
+def tiles_for(m: int, k: int, group_size: int, dtype: torch.dtype) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_N, BLOCK_K) for an [m, k] input of dtype."""
+    block_m = block_m_for(m)
+    return block_m, BLOCK_N, block_k_for(block_m, k, group_size, dtype)
+
+
+def w4a16_linear(input: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor,
+                 group_size: int, bias: torch.Tensor | None) -> torch.Tensor:
+    x = input.reshape(-1, input.shape[-1])
+    m, k = x.shape
+    n = qweight.shape[0]
+    out = torch.empty((m, n), dtype=input.dtype, device=input.device)
+    if m > 0 and n > 0:
+        block_m, block_n, block_k = tiles_for(m, k, group_size, input.dtype)
+        tiles = triton.cdiv(m, block_m) * triton.cdiv(n, block_n)
+        w4a16_linear_kernel[(grid_size(x.device, tiles, uses_dot=True),)](
+            x, qweight.view(torch.int8), scales, mins, bias if bias is not None else scales, out,
+            m, n, k, scales.shape[1], group_size, x.stride(0), out.stride(0),
+            BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUPS_PER_BLOCK=groups_per_block(block_k, group_size),
+            HAS_BIAS=bias is not None, UPCAST_DOT=upcast_dot(input.dtype),
+        )
+    return out.view(*input.shape[:-1], n)
