@@ -1,6 +1,6 @@
 """Writes a tiny HF Llama as a llama.cpp GGUF (shared by the GGUF and tensor-parallel tests): Q/K
-rows permuted the way llama.cpp's converter does, every matrix Q8_0 (32-element blocks), every
-vector F32, a byte-level BPE tokenizer of `vocab_size` tokens."""
+rows permuted the way llama.cpp's converter does, every matrix Q8_0 (32-element blocks) unless
+`types` says otherwise, every vector F32, a byte-level BPE tokenizer of `vocab_size` tokens."""
 from __future__ import annotations
 
 import numpy as np
@@ -15,9 +15,11 @@ def llama_cpp_permute(w: np.ndarray, heads: int) -> np.ndarray:
     return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def write_llama_gguf(hf_model, path, merges=("a b",), rope_freqs: bool = False) -> None:
+def write_llama_gguf(hf_model, path, merges=("a b",), rope_freqs: bool = False, types: dict | None = None) -> None:
     """`hf_model` (a transformers LlamaForCausalLM) as a GGUF file at `path`. rope_freqs: add a
-    Llama 3.1-style per-frequency rope factor tensor (which the loader refuses)."""
+    Llama 3.1-style per-frequency rope factor tensor (which the loader refuses). types: GGUF
+    tensor name without ".weight" ("blk.1.attn_v") or module ("attn_v") -> the GGMLQuantizationType
+    of that matrix (one gguf.quants can quantize), Q8_0 for the others."""
     import gguf
 
     c = hf_model.config
@@ -59,8 +61,9 @@ def write_llama_gguf(hf_model, path, merges=("a b",), rope_freqs: bool = False) 
             elif module == "self_attn.k_proj":
                 w = llama_cpp_permute(w, kv_heads)
         if w.ndim == 2:
-            writer.add_tensor(target, gguf.quants.quantize(w, gguf.GGMLQuantizationType.Q8_0),
-                              raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+            base = target.removesuffix(".weight")
+            kind = (types or {}).get(base, (types or {}).get(base.rpartition(".")[2], gguf.GGMLQuantizationType.Q8_0))
+            writer.add_tensor(target, gguf.quants.quantize(w, kind), raw_dtype=kind)
         else:
             writer.add_tensor(target, w)
     writer.write_header_to_file()

@@ -16,7 +16,7 @@ from typing import Mapping
 import torch
 from torch import nn
 
-from ascendtile.model.layers.linear import Linear
+from ascendtile.model.layers.linear import Linear, check_group_size
 from ascendtile.model.loading.w8a8 import quantizable_linears
 from ascendtile.ops.reference.w4a16 import pack_nibbles
 
@@ -89,11 +89,7 @@ def quantize_w4a16(module: nn.Module, group_size: int = 128, symmetric: bool = F
     linears = [("", module)] if isinstance(module, Linear) else quantizable_linears(module)
     linears = [(name, linear) for name, linear in linears if not linear.quantized]
     for name, linear in linears:
-        if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 2 or group_size % 2:
-            raise ValueError(f"group_size: must be an even int >= 2, got {group_size!r}")
-        if linear.in_features % group_size:
-            raise ValueError(f"group_size: {group_size} does not divide the {linear.in_features} inputs of "
-                             f"{name or 'the Linear'}")
+        check_group_size(group_size, linear.in_features, name or "the Linear")
     for _, linear in linears:
         weight = linear.weight
         qweight, scales, mins = quantize_weight(weight, group_size, symmetric, weight.dtype)
