@@ -61,8 +61,11 @@ def quantize_weight(weight: torch.Tensor, group_size: int, symmetric: bool,
     (qweight uint8 [N, K/2], scales fp32, mins fp32 [N, K/group_size]), compressed-tensors' rule:
     symmetric: scale = max|w| / 7.5, zero point 8; asymmetric: the group's range widened to hold 0,
     scale = range / 15, zero point z = round(−low / scale). Each scale is rounded to `scale_dtype`
-    (the checkpoint's) before q = clamp(round(w / scale) + z, 0, 15), so a written checkpoint holds
-    the scales exactly; min = −z·scale (exact in fp32). An all-zero group gets scale 1."""
+    (a 16-bit dtype) before q = clamp(round(w / scale) + z, 0, 15): then q·scale and min = −z·scale
+    are exact in fp32, so the dequantized weight is exactly (q − z)·scale, what compressed-tensors
+    and vLLM compute. An all-zero group gets scale 1."""
+    if scale_dtype not in (torch.float16, torch.bfloat16):
+        raise ValueError(f"scale_dtype: must be torch.float16 or torch.bfloat16, got {scale_dtype}")
     n, k = weight.shape
     w = weight.detach().float().reshape(n, k // group_size, group_size)
     if symmetric:
@@ -81,7 +84,9 @@ def quantize_weight(weight: torch.Tensor, group_size: int, symmetric: bool,
 def quantize_w4a16(module: nn.Module, group_size: int = 128, symmetric: bool = False) -> nn.Module:
     """Convert to W4A16 in place, round-to-nearest per group (quantize_weight), and return `module`:
     a Linear itself, or every float Linear of a model except lm_head (embeddings stay float too).
-    Scales are rounded to each Linear's weight dtype (the model's). A group_size that does not
+    Scales are rounded to each Linear's weight dtype (the model's) when it is 16-bit, else to
+    bfloat16's precision (kept in fp32): so a written checkpoint, its scales in the model dtype,
+    holds them exactly, and every q·scale and z·scale is exact in fp32. A group_size that does not
     divide a Linear's inputs (or, under tensor parallelism, splits a group across ranks) is a
     ValueError naming group_size and the Linear, raised before any Linear changes."""
     if not isinstance(symmetric, bool):
@@ -92,7 +97,8 @@ def quantize_w4a16(module: nn.Module, group_size: int = 128, symmetric: bool = F
         check_group_size(group_size, linear.in_features, name or "the Linear")
     for _, linear in linears:
         weight = linear.weight
-        qweight, scales, mins = quantize_weight(weight, group_size, symmetric, weight.dtype)
+        scale_dtype = weight.dtype if weight.dtype in (torch.float16, torch.bfloat16) else torch.bfloat16
+        qweight, scales, mins = quantize_weight(weight, group_size, symmetric, scale_dtype)
         linear.to_w4a16_shell(group_size, weight.dtype)
         linear.qweight.copy_(qweight)
         linear.scales.copy_(scales)

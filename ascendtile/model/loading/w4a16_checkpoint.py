@@ -14,8 +14,10 @@ left float (lm_head). Per quantized layer:
   weight_shape       int64 [2] = (N, K).
 w = (q − z)·scale for the signed q and z (vLLM's uint4 with zero points: (q' − z')·scale on the
 stored values), i.e. scale = weight_scale and min = −z'·scale; symmetric means z = 0, z' = 8
-(vLLM's uint4b8). Both products are exact in fp32, so the loaded weights are the checkpoint's
-exactly, and a checkpoint written from them reloads bit-identically.
+(vLLM's uint4b8). With 16-bit scales (a bf16 / fp16 model's; quantize_w4a16 rounds an fp32
+model's to bf16 precision) q·scale and z·scale are exact in fp32, so the loaded weights are
+exactly (q − z)·scale; fp32 scales of more than 20 significant bits round there. Either way a
+checkpoint written from loaded weights reloads bit-identically.
 """
 from __future__ import annotations
 
