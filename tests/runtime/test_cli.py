@@ -43,6 +43,14 @@ def test_generate_chat_and_quantize_flags(stub_llm, capsys):
     assert "1 requests" in capsys.readouterr().out
 
 
+def test_quantize_w4a16_flag_leaves_the_dtype_to_llm(stub_llm):
+    """--quantize w4a16 without --dtype hands LLM dtype None (bf16 for W4A16, see default_dtype)."""
+    assert cli.main(["generate", "--prompt", "a", "--max-tokens", "2", "--quantize", "w4a16"]) == 0
+    assert stub_llm["quantization"] == "w4a16" and stub_llm["dtype"] is None
+    with pytest.raises(SystemExit):
+        cli.main(["generate", "--prompt", "a", "--quantize", "int4"])
+
+
 def test_tensor_parallel_size_reaches_llm(stub_llm):
     """The flag is parsed on generate and demo and handed to LLM (N > 1 itself runs in
     tests/runtime/test_tensor_parallel_llm.py)."""

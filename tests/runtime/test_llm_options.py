@@ -1,6 +1,7 @@
 """LLM constructor options on a tiny random Llama (2 layers, 2 KV heads of 16): kv_cache_memory
 sizes the cache in bytes; quantization="w8a8" runs the int8-weight model, token for token what
-the paged-cache driver gets from load_model(..., quantization="w8a8")."""
+the paged-cache driver gets from load_model(..., quantization="w8a8"); quantization="w4a16"
+likewise, in bf16 unless a dtype is given."""
 from __future__ import annotations
 
 import pytest
@@ -50,3 +51,24 @@ def test_quantization_w8a8(tiny):
     assert out.outputs[0].token_ids == seq[len(PROMPT):]
     with pytest.raises(ValueError, match="quantization"):
         LLM(tiny, quantization="int4")
+
+
+def _driver_greedy(model, steps: int, dtype: torch.dtype) -> list[int]:
+    driver, seq = PagedDriver(model, 1, dtype=dtype), list(PROMPT)
+    logits = driver.step({0: seq})
+    for _ in range(steps):
+        seq.append(int(logits[-1].argmax()))
+        logits = driver.step({0: [seq[-1]]})
+    return seq[len(PROMPT):]
+
+
+@pytest.mark.parametrize("dtype", [None, torch.float32])
+def test_quantization_w4a16(tiny, dtype):
+    llm = LLM(tiny, dtype=dtype, max_model_len=256, max_num_seqs=2, num_kv_blocks=16, quantization="w4a16")
+    want_dtype = dtype or torch.bfloat16  # W4A16: 16-bit activations unless asked otherwise
+    assert llm.config.dtype == want_dtype and llm.model.model.embed_tokens.weight.dtype == want_dtype
+    qkv = llm.model.model.layers[0].self_attn.qkv_proj
+    assert (qkv.kind, qkv.group_size, llm.model.lm_head.kind) == ("w4a16", 32, "float")  # 32 divides 64 and 96
+    out = llm.generate(PROMPT, SamplingParams(temperature=0, max_tokens=6, ignore_eos=True), use_tqdm=False)[0]
+    model = load_model(tiny, dtype=dtype, quantization="w4a16").model
+    assert out.outputs[0].token_ids == _driver_greedy(model, 6, want_dtype)
