@@ -3,9 +3,11 @@ TP=2 over 2 gloo processes gives the TP=1 logits through the paged cache, within
 tolerance, for tiny random checkpoints of every tensor-parallel architecture: Llama (GQA with KV
 heads split, one KV head replicated, untied head with biases), Qwen3 (q/k norm), Mistral
 (sliding window), Gemma 3 (one KV head replicated, q/k norms, sliding and full layers, tied head,
-soft-capping), vocabularies that do not divide (padded), and W8A8 checkpoints (static input
+soft-capping), vocabularies that do not divide (padded), W8A8 checkpoints (static input
 scales: the same logits; dynamic per-token scales are taken over a rank's columns in the
-row-parallel layers, so within the W8A8 bound), and DeepSeek-V2's cases (test_tensor_parallel_deepseek.py).
+row-parallel layers, so within the W8A8 bound), a W4A16 checkpoint (group-wise 4-bit weights,
+rows and whole-group columns per rank: the same logits), and DeepSeek-V2's cases
+(test_tensor_parallel_deepseek.py).
 All cases share one spawned run. In-process:
 each rank's shard of a W8A8 model, online W8A8 per rank, and sizes that cannot be split."""
 import json
@@ -14,7 +16,7 @@ import pytest
 import torch
 from transformers import Gemma3TextConfig, LlamaConfig, MistralConfig, Qwen3Config
 
-from ascendtile.model import load_model, quantize_w8a8, save_w8a8
+from ascendtile.model import load_model, quantize_w4a16, quantize_w8a8, save_w4a16, save_w8a8
 from ascendtile.model.architectures.base import CausalLM
 from model.helpers import PagedDriver, save_tiny
 from model.test_tensor_parallel_deepseek import CASES as DEEPSEEK_CASES
@@ -39,6 +41,9 @@ CASES = {
 }
 W8A8_BASE = "untied_with_biases"
 W8A8_CASES = ("w8a8_static", "w8a8_dynamic")
+# Intermediate 128: each rank's 64 down_proj columns are whole groups of 32 (96 would split one).
+W4A16_CONFIG = LlamaConfig(**{**SIZES, "intermediate_size": 128}, num_key_value_heads=2, tie_word_embeddings=False,
+                           attention_bias=True)
 REL_BOUND_DYNAMIC = 0.05  # max |Δlogit| / max |logit|, test_w8a8.py's dynamic bound
 
 
@@ -56,10 +61,14 @@ def test_tp2_logits_equal_tp1(tmp_path):
     for case in W8A8_CASES:
         _save_w8a8(tmp_path / W8A8_BASE, tmp_path / case, case.removeprefix("w8a8_"))
         directories[case] = str(tmp_path / case)
+    save_tiny(W4A16_CONFIG, tmp_path / "w4a16_float", randomize_norms=True)
+    raw = json.loads((tmp_path / "w4a16_float" / "config.json").read_text())
+    save_w4a16(quantize_w4a16(load_model(str(tmp_path / "w4a16_float")).model, 32), tmp_path / "w4a16", raw)
+    directories["w4a16"] = str(tmp_path / "w4a16")
     expected = {case: script_logits(directory) for case, directory in directories.items()}
     ranks = run_ranks(2, directories, tmp_path)
     for case in directories:
-        vocab = ({**CASES, **DEEPSEEK_CASES}.get(case) or CASES[W8A8_BASE]).vocab_size
+        vocab = ({**CASES, **DEEPSEEK_CASES}.get(case) or CASES[W8A8_BASE]).vocab_size  # W4A16's too
         for step, want in enumerate(expected[case]):
             assert want.shape[-1] == vocab
             for rank, got in enumerate(ranks):
