@@ -88,12 +88,12 @@ def test_smollm2_keeps_the_files_4bit_weights(smollm2, smollm2_w4a16):
 
 @SMOLLM2
 def test_smollm2_fp32_greedy_generate_equals_float(smollm2, smollm2_w4a16):
-    params = SamplingParams(temperature=0, max_tokens=NEW_TOKENS)
+    params = SamplingParams(temperature=0, max_tokens=NEW_TOKENS // 2)  # each fp32 W4A16 step dequantizes every weight
     run = dict(max_model_len=256, max_num_seqs=4, block_size=16)
     want = [o.outputs[0].token_ids for o in LLM(smollm2, **run).generate(PARITY, params, use_tqdm=False)]
     got = [o.outputs[0].token_ids for o in LLM(smollm2_w4a16, **run).generate(PARITY, params, use_tqdm=False)]
     assert got == want
-    _greedy_parity(smollm2_w4a16.model, smollm2.model, smollm2.tokenizer.encode(PARITY[0]), steps=4)
+    _greedy_parity(smollm2_w4a16.model, smollm2.model, smollm2.tokenizer.encode(PARITY[0]), steps=2)
 
 
 @SMOLLM2
