@@ -3,10 +3,12 @@ in the packed layout of ops/reference/w4a16.py (uint8 [N, K/2], fp32 scale and m
 
 One mix kernel, persistent over [BLOCK_M, BLOCK_N] output tiles. Per K step the vector core loads
 the [BLOCK_N, BLOCK_K/2] byte tile (as int8: Ascend has no unsigned loads), splits each byte into
-its low (k = 2j) and high (k = 2j + 1) nibble, interleaves them back into K order and
-dequantizes w = q·scale + min in fp32 (the reference's exact weight); the cube multiplies the
-activation tile by it (tl.dot, fp32 accumulator); the epilogue adds the bias and rounds once to
-the input dtype.
+its low (input k = 2j) and high (k = 2j + 1) nibble and dequantizes both halves,
+w = q·scale + min in fp32 (the reference's exact weight). Rather than interleaving the two
+halves back into K order (join + reshape + transpose of the weight tile: bishengir-compile
+aborts on it), the activation tile is split into its even and odd columns (a reshape + split of
+the smaller tile) and the cube runs two dots, x_even·w_evenᵀ + x_odd·w_oddᵀ, into one fp32
+accumulator; the epilogue adds the bias and rounds once to the input dtype.
 
 The dot runs in the input's dtype: the fp32 weight is rounded once to fp16/bf16 (as vLLM's Marlin
 and CPU WNA16 kernels dequantize into the activation dtype), so the cube runs at its native rate
@@ -35,6 +37,8 @@ from ascendtile.platform import grid_size
 BLOCK_KS = (128, 64, 32)
 BLOCK_N = 64
 MAX_BLOCK_K = {16: 128, 32: 128, 128: 64}  # by BLOCK_M, for 16-bit activations
+
+
 @triton.jit
 def _dequantized_halves(qw_tile, scale_tile, min_tile, rn, rk2, col_mask, k0, K, n_groups, group_size,
                         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUPS_PER_BLOCK: tl.constexpr):
