@@ -22,13 +22,14 @@ from ascendtile.ops.sampling import (
     apply_penalties, gather_logprobs, process_logits, sample_tokens, update_token_counts,
 )
 from ascendtile.ops.scaled_mm import scaled_mm, w8a8_linear
+from ascendtile.ops.w4a16 import w4a16_linear
 
 __all__ = [
     "REGISTERED", "kernel_path", "check_paged_step",
     "rms_norm", "fused_add_rms_norm", "silu_and_mul", "gelu_tanh_and_mul", "gelu_and_mul", "rotary_embedding",
     "reshape_and_cache_flash", "concat_and_cache_mla", "causal_mask",
     "paged_attention", "flash_attention_varlen", "unified_attention", "mla_attention",
-    "static_scaled_int8_quant", "dynamic_scaled_int8_quant", "scaled_mm", "w8a8_linear",
+    "static_scaled_int8_quant", "dynamic_scaled_int8_quant", "scaled_mm", "w8a8_linear", "w4a16_linear",
     "rms_norm_dynamic_per_token_quant", "rms_norm_static_int8_quant", "fused_add_rms_norm_static_int8_quant",
     "silu_and_mul_quant",
     "apply_penalties", "process_logits", "sample_tokens", "update_token_counts", "gather_logprobs",
