@@ -3,10 +3,12 @@ in the packed layout of ops/reference/w4a16.py (uint8 [N, K/2], fp32 scale and m
 
 One mix kernel, persistent over [BLOCK_M, BLOCK_N] output tiles. Per K step the vector core loads
 the [BLOCK_N, BLOCK_K/2] byte tile (as int8: Ascend has no unsigned loads), splits each byte into
-its low (k = 2j) and high (k = 2j + 1) nibble, interleaves them back into K order and
-dequantizes w = q·scale + min in fp32 (the reference's exact weight); the cube multiplies the
-activation tile by it (tl.dot, fp32 accumulator); the epilogue adds the bias and rounds once to
-the input dtype.
+its low (input k = 2j) and high (k = 2j + 1) nibble and dequantizes both halves,
+w = q·scale + min in fp32 (the reference's exact weight). Rather than interleaving the two
+halves back into K order (join + reshape + transpose of the weight tile: bishengir-compile
+aborts on it), the activation tile is split into its even and odd columns (a reshape + split of
+the smaller tile) and the cube runs two dots, x_even·w_evenᵀ + x_odd·w_oddᵀ, into one fp32
+accumulator; the epilogue adds the bias and rounds once to the input dtype.
 
 The dot runs in the input's dtype: the fp32 weight is rounded once to fp16/bf16 (as vLLM's Marlin
 and CPU WNA16 kernels dequantize into the activation dtype), so the cube runs at its native rate
@@ -25,16 +27,25 @@ import triton
 import triton.language as tl
 
 from ascendtile.kernels._attention import dot, upcast_dot
-from ascendtile.platform import grid_size
+from ascendtile.platform import core_counts, grid_size
 
-# Tiles bishengir-compile plans within the gate (lowering/cases/w4a16.py): BLOCK_N 64, K steps of
-# 128 at 16-32 rows (84-121 KB of UB with 16-bit activations) and of 64 at 128 rows (106-115 KB).
-# fp32 activations take half those K steps: the full ones planned 163-169 KB with several groups
-# per step. bishengir-compile aborts ("getIndexingMaps not implemented") on 64x64 and 128x128x32
-# tiles, and 128-column tiles at 16-64 rows plan 165-171 KB with several groups per step.
+# What bishengir-compile plans (gate, bf16, the most groups per K step): UB grows with the weights
+# dequantized per step, BLOCK_N x BLOCK_K (~13 bytes each: the int32 bytes, both fp32 nibble
+# halves, their scaled copies and the casts, double-buffered), plus the activation tile. 16 rows:
+# 32x128 59 KB, 64x128 109 KB, 128x64 114 KB (64x256: 176 KB); 64 rows: 64x128 145 KB, 128x64
+# 150 KB; 128 rows: 32x128 129 KB, 64x64 115 KB (64x128 176 KB, 128x64 180 KB). Hence 8192
+# weights per step up to 64 rows, 4096 at 128; fp32 activations (an fp32 dot) half of that
+# (64x64 at 64 rows: 115 KB).
 BLOCK_KS = (128, 64, 32)
-BLOCK_N = 64
-MAX_BLOCK_K = {16: 128, 32: 128, 128: 64}  # by BLOCK_M, for 16-bit activations
+BLOCK_NS = (32, 64, 128)
+BLOCK_MS = (16, 32, 64, 128)
+STEP_WEIGHTS = {16: 8192, 32: 8192, 64: 8192, 128: 4096}  # by BLOCK_M, for 16-bit activations
+# A tile's fixed cost (its accumulator hand-off, filling the K pipeline) in output-equivalents: a
+# modelling choice, as in scaled_mm.py (no NPU here). It makes the tile shape with fewer waves
+# win unless a smaller one balances the cores much better.
+TILE_OVERHEAD = 16 * 128
+
+
 @triton.jit
 def _dequantized_halves(qw_tile, scale_tile, min_tile, rn, rk2, col_mask, k0, K, n_groups, group_size,
                         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUPS_PER_BLOCK: tl.constexpr):
@@ -96,15 +107,16 @@ def w4a16_linear_kernel(
                  mask=row_mask[:, None] & col_mask[None, :])
 
 
-def max_block_k(block_m: int, dtype: torch.dtype) -> int:
-    return MAX_BLOCK_K[block_m] // (2 if dtype == torch.float32 else 1)
+def max_block_k(block_m: int, block_n: int, dtype: torch.dtype) -> int:
+    weights = STEP_WEIGHTS[block_m] // (2 if dtype == torch.float32 else 1)
+    return min(BLOCK_KS[0], weights // block_n)
 
 
-def block_k_for(block_m: int, k: int, group_size: int, dtype: torch.dtype) -> int:
+def block_k_for(block_m: int, block_n: int, k: int, group_size: int, dtype: torch.dtype) -> int:
     """The largest K step of BLOCK_KS up to max_block_k that is a multiple of group_size or
     divides it (no step straddles a group), or any when the one group is the whole row (per
     channel)."""
-    return next(bk for bk in BLOCK_KS if bk <= max_block_k(block_m, dtype)
+    return next(bk for bk in BLOCK_KS if bk <= max_block_k(block_m, block_n, dtype)
                 and (bk % group_size == 0 or group_size % bk == 0 or group_size == k))
 
 
@@ -113,14 +125,23 @@ def groups_per_block(block_k: int, group_size: int) -> int:
 
 
 def block_m_for(m: int) -> int:
-    """Rows per tile: 16 (the smallest dot tile) or 32 for decode batches, else 128."""
-    return next(bm for bm in MAX_BLOCK_K if m <= bm or bm == max(MAX_BLOCK_K))
+    """Rows per tile: M padded to the 16-row dot tile, up to 128."""
+    return min(BLOCK_MS[-1], max(BLOCK_MS[0], triton.next_power_of_2(m)))
 
 
-def tiles_for(m: int, k: int, group_size: int, dtype: torch.dtype) -> tuple[int, int, int]:
-    """(BLOCK_M, BLOCK_N, BLOCK_K) for an [m, k] input of dtype."""
+def tiles_for(m: int, n: int, k: int, group_size: int, dtype: torch.dtype, cube_cores: int) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_N, BLOCK_K): the BLOCK_N with the least work on the busiest cube core,
+    waves x (tile outputs + TILE_OVERHEAD), the larger on a tie. E.g. one token of N=576 on 20
+    cores: 32 (18 tiles, one wave) rather than 64 (9 busy cores); N=3072: 128 (24 tiles, two
+    waves) rather than 64 (three)."""
     block_m = block_m_for(m)
-    return block_m, BLOCK_N, block_k_for(block_m, k, group_size, dtype)
+
+    def busiest_core(block_n: int) -> tuple[int, int]:
+        tiles = triton.cdiv(m, block_m) * triton.cdiv(n, block_n)
+        return triton.cdiv(tiles, cube_cores) * (block_m * block_n + TILE_OVERHEAD), -block_n
+
+    block_n = min((bn for bn in BLOCK_NS if max_block_k(block_m, bn, dtype) >= BLOCK_KS[-1]), key=busiest_core)
+    return block_m, block_n, block_k_for(block_m, block_n, k, group_size, dtype)
 
 
 def w4a16_linear(input: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor,
@@ -130,7 +151,7 @@ def w4a16_linear(input: torch.Tensor, qweight: torch.Tensor, scales: torch.Tenso
     n = qweight.shape[0]
     out = torch.empty((m, n), dtype=input.dtype, device=input.device)
     if m > 0 and n > 0:
-        block_m, block_n, block_k = tiles_for(m, k, group_size, input.dtype)
+        block_m, block_n, block_k = tiles_for(m, n, k, group_size, input.dtype, core_counts(x.device)["cube"])
         tiles = triton.cdiv(m, block_m) * triton.cdiv(n, block_n)
         w4a16_linear_kernel[(grid_size(x.device, tiles, uses_dot=True),)](
             x, qweight.view(torch.int8), scales, mins, bias if bias is not None else scales, out,

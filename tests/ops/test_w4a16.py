@@ -66,9 +66,12 @@ def test_input_layouts(layout):
     assert_close(got, float64_linear(x.reshape(-1, 128), qweight, scales, mins, 32, None).reshape(got.shape))
 
 
-def test_zero_rows():
+@pytest.mark.parametrize("path", ["reference", "triton"])
+def test_zero_rows(path, monkeypatch):
+    monkeypatch.setenv("ASCENDTILE_KERNELS", path)
     qweight, scales, mins = random_w4a16(24, 128, 64)
     assert ak.w4a16_linear(torch.randn(0, 128, dtype=torch.float16), qweight, scales, mins, 64).shape == (0, 24)
+    assert ak.w4a16_linear(torch.randn(2, 0, 128), qweight, scales, mins, 64).shape == (2, 0, 24)
 
 
 def test_nonfinite_rows_stay_in_their_rows():
@@ -97,6 +100,7 @@ def test_bad_inputs():
     x, (qweight, scales, mins) = torch.randn(4, 64), random_w4a16(8, 64, 32)
     op = OPS.w4a16_linear
     raises_naming(TypeError, "input", op, x.long(), qweight, scales, mins, 32, None)
+    raises_naming(ValueError, "input", op, torch.tensor(1.0), qweight, scales, mins, 32, None)
     raises_naming(ValueError, "input", op, torch.randn(64, 4).t(), qweight, scales, mins, 32, None)
     raises_naming(ValueError, "input", op, torch.randn(4, 0), qweight[:, :0], scales[:, :0], mins[:, :0], 32, None)
     raises_naming(ValueError, "input", op, torch.randn(4, 63), qweight, scales, mins, 32, None)

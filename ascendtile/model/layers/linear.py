@@ -48,6 +48,9 @@ ONEDNN_ROWS_HINT = 32
 # the embedded models is above the bound.
 ONEDNN_MIN_WEIGHT_ELEMENTS = 1 << 18
 
+# fp32 products of up to this many rows run through aten (see float_linear).
+ATEN_MAX_FP32_ROWS = 3
+
 
 @dataclass(frozen=True)
 class PackedWeight:
@@ -84,17 +87,17 @@ def pack_weight(weight: torch.Tensor) -> PackedWeight | None:
 
 def float_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                  packed: PackedWeight | None) -> torch.Tensor:
-    """x·weightᵀ + bias, through the packed copy when it is still the weight's, except for one fp32
-    row: a matrix-vector product reads the weight once either way, and aten's (MKL's gemv) skips
-    oneDNN's per-call primitive set-up (~25 µs): SmolLM2's 121 linears of a single-stream decode
-    step took 15.6 ms through aten against 18.4 ms packed (2026-11-25, avx512_bf16 machine, 2
-    threads, best of 8), while from 2 rows up packed won (bench/results/2026-11-25-single-stream.md).
-    bf16 stays packed: faster than aten at one row too. Not while Dynamo
+    """x·weightᵀ + bias, through the packed copy when it is still the weight's, except for fp32
+    inputs of at most ATEN_MAX_FP32_ROWS rows: such a product reads the weight once either way, and
+    aten's (MKL's) skips oneDNN's per-call primitive set-up (~25 µs). SmolLM2's 121 linears, aten
+    vs packed (avx512_bf16 machine, 2 threads): 1 row 15.4 vs 18.5 ms, 2 rows 17.2 vs 20.1, 3 rows
+    18.8 vs 21.9, 4 rows 27.2 vs 21.6 (2026-11-25, best of 10; bench/results/2026-11-25-single-stream.md
+    has an earlier run). bf16 stays packed: faster than aten at one row too. Not while Dynamo
     traces: the version check would be a data-dependent guard. A compiled graph gets its weights
     packed by Inductor's freezing instead at CPU level 2 (compilation/freeze.py); level 3's pieces
     are not frozen, so their linears run unpacked."""
     if (packed is not None and not torch.compiler.is_compiling() and packed.usable_for(weight, x)
-            and not (x.dtype == torch.float32 and x.numel() == x.shape[-1])):
+            and not (x.dtype == torch.float32 and x.numel() <= ATEN_MAX_FP32_ROWS * x.shape[-1])):
         return torch.ops.mkldnn._linear_pointwise(x, packed.packed, bias, "none", [], "")
     return F.linear(x, weight, bias)
 
