@@ -4,7 +4,7 @@ tokens are those of the model we wrote (held in memory, not read back: a layout 
 and our reader share would otherwise go unseen): teacher-forced on vLLM's continuation, each of
 its tokens is the argmax of that model's exact fp32 W4A16 logits, or within TIE of it (vLLM
 computes in bf16, we in fp32, on the same weights: a near-tie may go either way). A wrong nibble
-order, zero point or scale layout gives unrelated tokens. Observed (2026-11-26): every token our
+order, zero point or scale layout gives unrelated tokens. Observed (2026-11-25): every token our
 argmax, in both checkpoints."""
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ keep the file's 4-bit weights, bit-identical to the dequantized float model's, a
 exact op) give its logits and greedy tokens; in bf16 (the default for W4A16) decode takes torch's
 int4 kernel; RTN W4A16 of SmolLM2's float weights has a measured perplexity bound.
 
-Bounds (measured on this CPU, 2026-11-26):
+Bounds (measured on this CPU, 2026-11-25):
 - fp32 W4A16 vs the fp32 float model: max |Δlogit| < 5e-4, test_smollm2.py's bound (observed
   7e-5 SmolLM2, 4e-5 Gemma 3: the same weights, summation order only); greedy tokens equal.
 - bf16 W4A16 vs the bf16 float model on public_domain.txt: perplexity within 1% (observed 12.795

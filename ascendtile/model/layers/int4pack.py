@@ -8,21 +8,26 @@ not the exact fp32 weights the op multiplies (ascendtile.ops.w4a16_linear), a bf
 model's rounding. It takes groups g of 32, 64, 128 or 256 (a larger quantization group, e.g.
 compressed-tensors' "channel", repeats its scale over several g) and N a multiple of 16.
 
-Measured (2026-11-26, AMD EPYC avx512_bf16 + VNNI, no AMX, 2 threads; 10 SmolLM2 layers' q/k/v,
-o, gate/up and down linears, distinct weights, group 32, bf16 x, ms for all 40; two runs, the
-second shown):
-  | rows | int4pack | op (fp32 dequantize per 512 rows + fp32 GEMM) | dequantize to bf16 + bf16 GEMM |
-  |---:|---:|---:|---:|
-  | 1 | 1.3 | ~31 | ~93 |
-  | 16 | 8.9 | 40.5 | 50.8 |
-  | 32 | 17.4 | 44.9 | 57.9 |
-  | 64 | 34.4 | 58.9 | 72.4 |
-  | 128 | 68.2 | 73.3 | 102.6 |
-  | 512 | 273.8 | 180.7 | 278.4 |
-int4pack grows linearly with the rows (no weight reuse across rows), the op's dequantization is a
-fixed cost its fp32 GEMM then amortises: int4pack up to INT4PACK_MAX_ROWS, the op above. fp16
-activations run the kernel's unvectorised path on this CPU (57 ms at 1 row, 43× bf16), fp32 ones
-too (20–100× slower, reference-facts), and AVX2 CPUs have no bf16 dot products: those take the op.
+Measured (2026-11-25, AMD EPYC avx512_bf16 + VNNI, no AMX; 10 SmolLM2 layers' q/k/v, o,
+gate/up and down linears, distinct random weights, group 32, bf16 x, ms for all 40, best of 5; at
+1 thread, as 2-thread runs on this shared machine were unstable; the op is ascendtile.ops.w4a16_linear's
+CPU path (dequantize 512 rows at a time to fp32, fp32 GEMM); the float columns need a 16- or 32-bit
+copy of the weights, which W4A16 does not keep):
+  | rows | int4pack | op | bf16 oneDNN (float model) | fp32 oneDNN (float model) |
+  |---:|---:|---:|---:|---:|
+  | 1 | 2.6 | 60.0 | 7.0 | 11.0 |
+  | 8 | 9.0 | 66.4 | 11.9 | 14.7 |
+  | 32 | 34.4 | 82.4 | 31.5 | 25.4 |
+  | 64 | 68.4 | 103.5 | 56.9 | 38.0 |
+  | 128 | 136.4 | 132.9 | 111.3 | 72.2 |
+  | 256 | 269.2 | 205.7 | 211.6 | 118.5 |
+  | 512 | 543.2 | 341.8 | 427.2 | 243.4 |
+At 2 threads (a quieter earlier run) the same crossing: int4pack 68.2 vs op 73.3 ms at 128 rows,
+273.8 vs 180.7 at 512; 1.3 ms at 1 row. int4pack's time grows in proportion to the rows, the
+op's dequantization is a fixed cost its GEMM amortises:
+int4pack up to INT4PACK_MAX_ROWS, the op above. fp16 activations run the kernel's unvectorised
+path on this CPU (57 ms at 1 row, 43x bf16), fp32 ones too (20-100x slower, reference-facts), and
+AVX2 CPUs have no bf16 dot products: those take the op.
 """
 from __future__ import annotations
 
@@ -38,8 +43,7 @@ from ascendtile.platform import cpu_has_bf16_dot
 KERNEL_GROUPS = (256, 128, 64, 32)
 # torch's packed layout blocks 16 output rows.
 ROW_BLOCK = 16
-# Rows of activations up to which int4pack beats the op (the table above: 68 vs 73 ms at 128
-# rows, 274 vs 181 at 512).
+# Rows of activations up to which int4pack beats the op (the table above: they cross at ~128 rows).
 INT4PACK_MAX_ROWS = 128
 
 
