@@ -105,7 +105,8 @@ def float_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
 def check_group_size(group_size: int, in_features: int, layer: str = "the Linear") -> None:
     """A W4A16 group size: a multiple of GROUP_QUANTUM (the op's) dividing the layer's inputs; a
     ValueError naming group_size otherwise."""
-    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size <= 0 or group_size % GROUP_QUANTUM:
+    if (isinstance(group_size, bool) or not isinstance(group_size, int) or group_size <= 0
+            or group_size % GROUP_QUANTUM):
         raise ValueError(f"group_size: must be a positive multiple of {GROUP_QUANTUM}, got {group_size!r}")
     if in_features % group_size:
         raise ValueError(f"group_size: {group_size} does not divide the {in_features} inputs of {layer}")

@@ -219,7 +219,8 @@ def _projections(prefix: str, linear: Linear) -> list[tuple[str, slice]]:
     return [(f"{parent}.{shard}", slice(start, start + rows)) for shard, (start, rows) in linear.shard_offsets().items()]
 
 
-def _packed_tensors(layer: str, linear: Linear, rows: slice, zero: torch.Tensor, symmetric: bool) -> dict[str, torch.Tensor]:
+def _packed_tensors(layer: str, linear: Linear, rows: slice, zero: torch.Tensor,
+                    symmetric: bool) -> dict[str, torch.Tensor]:
     """One projection's weight_packed, weight_scale (the model dtype), weight_shape and, asymmetric, weight_zero_point."""
     if linear.in_features % PACK:
         raise ValueError(f"model: {layer} has {linear.in_features} inputs, not a multiple of {PACK} (an int32 word)")
