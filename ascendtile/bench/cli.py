@@ -64,6 +64,9 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
                      help="random: plain token prompts, EOS ignored (the peer comparisons); chat / copy: chat "
                      "questions / 'rewrite this paragraph with the typos fixed' through the chat template, "
                      "stopping at EOS (ours only: speculative decoding's workloads)")
+    e2e.add_argument("--quantize", choices=("w8a8", "w4a16"),
+                     help="ours with these weights (in --dtype, else the dtype LLM picks for them: bf16 for w4a16), "
+                     "and ours with float weights in --dtype (default fp32 on CPU) beside")
     add_speculative_arguments(e2e)
     e2e.set_defaults(func=_route("e2e"))
 

@@ -176,13 +176,16 @@ def compilation_record(model: torch.nn.Module | CompiledModel | None, level: int
 def run(model: str, num_prompts: int, input_len: int, output_len: int, dtype: str, compare: list[str], out_dir: Path,
         temperature: float = 0.0, top_p: float = 1.0, compilation_level: int = 0, tensor_parallel_size: int = 1,
         vllm_interpreter: Path | None = None, vllm_eager: bool = False, speculative_config: dict | None = None,
-        workload: str = "random") -> dict:
+        workload: str = "random", quantization: str | None = None, quantized_dtype: str | None = None) -> dict:
     """vllm_interpreter: the Python of vLLM's venv (default: see peers.vllm_python); vllm_eager:
     the vLLM peers with enforce_eager (else vLLM's default compilation, its fastest setting);
     speculative_config: ours with LLM's speculative_config, and ours without it beside as the row
     "ascendtile (no speculation)" (the peers run without); workload: bench/workloads.py (chat and
     copy: chat-template prompts of their own lengths, input_len unused, stopping at EOS; the
-    peers run the random workload only)."""
+    peers run the random workload only). quantization: ours with LLM's quantization in
+    quantized_dtype (None: the dtype LLM picks for it, bfloat16 for "w4a16"), and ours with float
+    weights in `dtype` beside as the row "ascendtile (float weights)"; the peers run `dtype` on
+    float weights (llama.cpp on the GGUF's own blocks)."""
     from ascendtile.runtime import LLM
 
     if workload not in WORKLOADS:
@@ -194,13 +197,15 @@ def run(model: str, num_prompts: int, input_len: int, output_len: int, dtype: st
     max_num_batched_tokens = max(num_prompts * input_len, 512)
     # No prefix cache: the greedy run beside a sampled one repeats the same prompts, and a cache hit
     # would skip its prefill (the peers have no such cache), so every run starts cold.
-    def ours_llm(speculative: dict | None):
-        return LLM(model=model, dtype=DTYPES[dtype], max_num_seqs=num_prompts,
+    def ours_llm(speculative: dict | None, quantized: bool):
+        run_dtype = dtype if not quantized else quantized_dtype
+        return LLM(model=model, dtype=None if run_dtype is None else DTYPES[run_dtype], max_num_seqs=num_prompts,
                    max_num_batched_tokens=max_num_batched_tokens, compilation_config=compilation_level,
                    tensor_parallel_size=tensor_parallel_size, enable_prefix_caching=False,
-                   speculative_config=speculative)
+                   speculative_config=speculative, quantization=quantization if quantized else None)
 
-    llm = ours_llm(speculative_config)
+    llm = ours_llm(speculative_config, quantization is not None)
+    ours_dtype = str(llm.config.dtype).removeprefix("torch.")
     params = llm.num_parameters
     prompts = workload_prompts(llm, workload, num_prompts, input_len)
     sampled, ignore_eos = temperature > 0, workload == "random"
@@ -220,10 +225,13 @@ def run(model: str, num_prompts: int, input_len: int, output_len: int, dtype: st
     compilation = compilation_record(llm.engine.model if llm.engine is not None else None, compilation_level)
     llm.shutdown()
     del llm  # free its KV cache before a peer loads its own copy of the model
-    if speculative_config is not None:
-        base = ours_llm(None)
+    baselines = {"ascendtile (no speculation)": speculative_config is not None,
+                 "ascendtile (float weights)": quantization is not None}
+    for engine in (name for name, wanted in baselines.items() if wanted):
+        base = ours_llm(None, False)
         results.append(_greedy_only(run_ours(base, prompts, output_len, temperature, top_p, ignore_eos=ignore_eos,
-                                             engine="ascendtile (no speculation)"), sampled))
+                                             engine=engine), sampled))
+        results[-1].notes.append(f"float weights, {str(base.config.dtype).removeprefix('torch.')}")
         base.shutdown()
         del base
     skipped = {}
@@ -252,7 +260,8 @@ def run(model: str, num_prompts: int, input_len: int, output_len: int, dtype: st
         "benchmark": "e2e", "model": str(path), "dtype": dtype, "num_prompts": num_prompts, "input_len": input_len,
         "output_len": output_len, "workload": workload, "temperature": temperature, "top_p": top_p, "num_preemptions": num_preemptions,
         "compilation": compilation, "tensor_parallel_size": tensor_parallel_size, "collectives": collectives,
-        "spec_decode": spec_decode,
+        "spec_decode": spec_decode, "quantization": None if quantization is None else {
+            "method": quantization, "dtype": ours_dtype},
         "rows": [summarise(r, ours) for r in results], "skipped": skipped,
         "roof": compute_roof(params, ours, DTYPES[dtype]), "device": platform.device_kind(), "isa": platform.cpu_isa(),
     }
@@ -281,6 +290,9 @@ def table(record: dict) -> str:
         f"compute roof: {roof['gemm_gflops']:,.1f} GFLOP/s GEMM ({roof['peak_source']}) / (2 x {roof['params'] / 1e6:,.1f} M params)"
         f" = {roof['roof_tok_s']:,.0f} tokens/s; ours {roof['ours_total_tok_s_frac_of_roof']:.1%} of it (total tokens)",
     ]
+    if record.get("quantization"):
+        q = record["quantization"]
+        lines.append(f"ascendtile: {q['method']} weights, {q['dtype']} activations; the other rows float weights")
     if record.get("spec_decode"):
         lines.append(f"ascendtile {record['spec_decode']['summary']}")
     traffic = record.get("collectives")
@@ -301,7 +313,7 @@ def main(args: argparse.Namespace) -> int:
                  temperature=args.temperature, top_p=args.top_p, compilation_level=args.compilation_level,
                  tensor_parallel_size=args.tensor_parallel_size, vllm_interpreter=args.vllm_python,
                  vllm_eager=args.vllm_mode == "eager", speculative_config=speculative_config_from_args(args),
-                 workload=args.workload, **sizes)
+                 workload=args.workload, quantization=args.quantize, quantized_dtype=args.dtype, **sizes)
     print(table(record))
     print(f"wrote {args.out / 'e2e.json'}")
     return 0

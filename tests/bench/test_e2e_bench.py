@@ -193,3 +193,16 @@ def test_roof_is_measured_in_the_runs_dtype():
     fp32, bf16 = compute_roof(135e6, ours, torch.float32), compute_roof(135e6, ours, torch.bfloat16)
     assert fp32["peak_source"].endswith("measured, float32 GEMM") and bf16["peak_source"].endswith("measured, bfloat16 GEMM")
     assert platform.cpu_isa() in bf16["peak_source"]
+
+
+@pytest.mark.slow
+def test_e2e_quantize_runs_ours_with_float_weights_beside(tmp_path, capsys):
+    assert main(["bench", "e2e", "--quick", "--quantize", "w4a16", "--out", str(tmp_path)]) == 0
+    record = json.loads((tmp_path / "e2e.json").read_text())
+    # W4A16 takes LLM's 16-bit default; the float row keeps the bench dtype (fp32 on CPU)
+    assert record["quantization"] == {"method": "w4a16", "dtype": "bfloat16"} and record["dtype"] == "fp32"
+    ours, base = record["rows"]
+    assert (ours["engine"], base["engine"]) == ("ascendtile", "ascendtile (float weights)")
+    assert base["notes"][-1] == "float weights, float32"
+    assert ours["output_tokens"] == base["output_tokens"] == record["num_prompts"] * record["output_len"]
+    assert "w4a16 weights, bfloat16 activations" in capsys.readouterr().out
