@@ -163,7 +163,7 @@ def blocks_for(heads: int, dim: int) -> tuple[int, int]:
 
 def quant_mode(kv_cache_dtype: str, scale_cache: torch.Tensor | None) -> int:
     """The QUANT constexpr of a write: none ("auto"), dynamic (scale caches given) or static."""
-    if kv_cache_dtype == "auto":
+    if kv_cache_dtype != "int8":
         return QUANT_NONE
     return QUANT_STATIC if scale_cache is None else QUANT_DYNAMIC
 

@@ -37,8 +37,9 @@ def static_scale(scale: torch.Tensor, heads: int) -> torch.Tensor:
 
 
 def dequantize(values: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
-    """int8 values [..., D] · fp32 scales [...] (or broadcastable to it) -> fp32 [..., D]."""
-    return values.float() * scales[..., None]
+    """int8 values [..., D] · fp32 scales [...] (or broadcastable to it) -> fp32 [..., D]: one
+    multiply (int8 · fp32 promotes to fp32), no separate conversion pass."""
+    return torch.mul(values, scales[..., None])
 
 
 def block_scales(scale_cache: torch.Tensor, ids: torch.Tensor, num_k: int) -> torch.Tensor:

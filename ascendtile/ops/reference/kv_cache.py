@@ -24,7 +24,7 @@ def _all_in_range(slot_mapping: torch.Tensor, limit: int) -> bool:
 def _quantized(rows: torch.Tensor, kv_cache_dtype: str, scale: torch.Tensor,
                scale_cache: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(rows as the cache stores them, their dynamic scales [T, heads] or None). rows [T, heads, D]."""
-    if kv_cache_dtype == "auto":
+    if kv_cache_dtype != "int8":  # "auto" (anything else never passes validation)
         return rows, None
     if scale_cache is not None:
         return quantize_dynamic(rows)
