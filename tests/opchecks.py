@@ -81,7 +81,7 @@ def op_contract_tests(samples: Mapping[str, Callable[[], Sequence]]) -> tuple[Ca
 
         def call(*args):
             result = op(*args)
-            return result if result is not None else [args[i] for i in written if args[i] is not None]
+            return result if result is not None else [args[i] for i in written if i < len(args) and args[i] is not None]
 
         with kernel_path(path):
             compiles(call, *samples[sample]())

@@ -66,11 +66,11 @@ class StubModel(nn.Module):
         else:
             self.weights = torch.tensor([weight(k) for k in range(max_tokens)], dtype=torch.float64, device=device)
 
-    def kv_cache_bytes_per_block(self, block_size: int, dtype: torch.dtype) -> int:
-        return block_size * 8
+    def kv_cache_bytes_per_block(self, block_size: int, dtype: torch.dtype, kv_cache_dtype: str = "auto") -> int:
+        return block_size * 8  # one float64 token id per slot, whatever the kv_cache_dtype
 
     def allocate_kv_cache(self, num_blocks: int, block_size: int, dtype: torch.dtype,
-                          device: str | torch.device) -> None:
+                          device: str | torch.device, kv_cache_dtype: str = "auto") -> None:
         if not self.free:
             self.cache = torch.full((num_blocks, block_size), float("nan"), dtype=torch.float64, device=device)
 

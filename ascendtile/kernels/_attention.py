@@ -10,13 +10,21 @@ Conventions every helper follows:
   for the paged cache), never gathered row by row, so they lower to block copies on Ascend;
 - visibility of key j to a query at absolute position p: j < hi (the KV range end), its block id
   in [0, num_blocks) (paged: an id outside, -1 included, hides its keys and is never read),
-  causal j <= p, sliding window w > 0: p - w < j (HF / vLLM convention).
+  causal j <= p, sliding window w > 0: p - w < j (HF / vLLM convention);
+- an int8 paged cache (KV_QUANT, ops/_kv_quant.py) is never dequantized as a tile: its int8 tiles
+  are converted to the query's dtype (exact: |v| <= 127) and the scales applied to the [M, N]
+  products instead, which is exact algebra and cheaper than scaling [N, D] tiles (N keys, D >= M
+  dims). Dynamic (per token and head): the scores' column j times K's scale of key j, and P's
+  column j times V's scale of key j before the P·V dot (P·diag(s)·V = P·(diag(s)·V)). Static
+  (per head): K's scale folded into the softmax scale, V's applied to the accumulator after the
+  loop. The running max and denominator see the exact scores, so nothing else changes.
 """
 import os
 
 import torch
 import triton
 import triton.language as tl
+from triton.language import constexpr
 
 from ascendtile.kernels._reduce import fast_max
 
@@ -52,6 +60,16 @@ def upcast_dot(dtype: torch.dtype) -> bool:
 
 
 @triton.jit
+def as_dot_operand(tile, like, UPCAST_DOT: tl.constexpr):
+    """A K/V tile in the dtype of `like` (the query tile) for the dots: an int8 cache's tile is
+    exact in fp16/bf16/fp32. The 3.2 interpreter converts int8 straight to bf16 wrongly (NaN and
+    denormals), so under it (UPCAST_DOT) the conversion goes through fp32; a float tile passes as is."""
+    if UPCAST_DOT:
+        return tile.to(tl.float32).to(like.dtype)
+    return tile.to(like.dtype)
+
+
+@triton.jit
 def dot(a, b, UPCAST_DOT: tl.constexpr):
     """a @ b accumulated in fp32 (see upcast_dot)."""
     if UPCAST_DOT:
@@ -59,12 +77,22 @@ def dot(a, b, UPCAST_DOT: tl.constexpr):
     return tl.dot(a, b)
 
 
+# KV_QUANT: how the paged cache stores K and V (constexpr-annotated: the kernels read them; plain
+# ints on the host).
+KV_FLOAT: constexpr = 0
+KV_INT8_STATIC: constexpr = 1
+KV_INT8_DYNAMIC: constexpr = 2
+
+
 @triton.jit
-def attend_tile(q, k, v, acc, m_i, l_i, visible, scale, softcap, USE_SOFTCAP: tl.constexpr,
-                UPCAST_DOT: tl.constexpr):
-    """One online-softmax step over a KV tile: q [M, D_PAD], k/v [N, D_PAD] (storage dtype),
-    visible [M, N]. Returns the updated (acc, m, l)."""
+def attend_tile(q, k, v, acc, m_i, l_i, visible, scale, softcap, k_scales, v_scales, USE_SOFTCAP: tl.constexpr,
+                UPCAST_DOT: tl.constexpr, PER_KEY_SCALES: tl.constexpr):
+    """One online-softmax step over a KV tile: q [M, D_PAD], k/v [N, D_PAD] (q's dtype),
+    visible [M, N]; PER_KEY_SCALES: k_scales / v_scales [N] fp32 scale key j's score and
+    probability (an int8 cache's dynamic scales; unused otherwise). Returns the updated (acc, m, l)."""
     s = dot(q, tl.trans(k), UPCAST_DOT) * scale
+    if PER_KEY_SCALES:
+        s = s * k_scales[None, :]
     if USE_SOFTCAP:
         s = softcap_tanh(s, softcap)
     s = tl.where(visible, s, float("-inf"))
@@ -74,6 +102,8 @@ def attend_tile(q, k, v, acc, m_i, l_i, visible, scale, softcap, USE_SOFTCAP: tl
     alpha = tl.exp(m_i - m_ref)
     p = tl.exp(s - m_ref[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
+    if PER_KEY_SCALES:
+        p = p * v_scales[None, :]
     acc = acc * alpha[:, None] + dot(p.to(v.dtype), v, UPCAST_DOT)
     return acc, m_new, l_i
 
@@ -115,9 +145,10 @@ def load_kv_tile(base, offs_n, offs_d, stride_tok, n_valid, D: tl.constexpr, D_P
 def attend_kv_range(
     q, acc, m_i, l_i, q_pos, row_ok,
     k_base, v_base, table_row, num_blocks, lo, hi,
-    stride_blk, stride_tok, scale, softcap, window,
+    stride_blk, stride_tok, scale, softcap, window, ks_base, vs_base,
     PAGED: tl.constexpr, BLOCK_SIZE: tl.constexpr, TILE_N: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
     CAUSAL: tl.constexpr, USE_SOFTCAP: tl.constexpr, USE_WINDOW: tl.constexpr, UPCAST_DOT: tl.constexpr,
+    KV_QUANT: tl.constexpr, NUM_KV_HEADS: tl.constexpr,
 ):
     """The shared KV loop: attend query rows (absolute positions q_pos [M], row_ok [M]) to keys
     [lo, hi) of one sequence and KV head, TILE_N keys at a time from a TILE_N-aligned start.
@@ -128,6 +159,10 @@ def attend_kv_range(
     [0, num_blocks) ends the tile's range at its start: its keys read as 0 and are not visible.
     Dense: k_base/v_base point at the sequence's first key of the head; row base = position ·
     stride_tok (num_blocks unused).
+
+    KV_QUANT (PAGED only; see the module doc): KV_INT8_STATIC: ks_base / vs_base point at the KV
+    head's static scales; KV_INT8_DYNAMIC: at the head's row of the contiguous scale caches
+    [num_blocks, NUM_KV_HEADS, BLOCK_SIZE] (a tile's scales are one contiguous run of that row).
     """
     offs_n = tl.arange(0, TILE_N)
     offs_d = tl.arange(0, D_PAD)
@@ -135,6 +170,9 @@ def attend_kv_range(
     # scalar code on A2/A3, float ones run on the vector unit.
     offs_n_f = offs_n.to(tl.float32)
     q_pos_f = q_pos.to(tl.float32)[:, None]
+    qk_scale = scale
+    if KV_QUANT == KV_INT8_STATIC:
+        qk_scale = scale * tl.load(ks_base)
     for pos0 in range((lo // TILE_N) * TILE_N, hi, TILE_N):
         tile_hi = hi
         if PAGED:
@@ -145,16 +183,51 @@ def attend_kv_range(
             row = tl.cast(tl.where(block_ok, block, 0), tl.int64) * stride_blk + (pos0 % BLOCK_SIZE) * stride_tok
         else:
             row = tl.cast(pos0, tl.int64) * stride_tok
-        k = load_kv_tile(k_base + row, offs_n, offs_d, stride_tok, tile_hi - pos0, D, D_PAD)
-        v = load_kv_tile(v_base + row, offs_n, offs_d, stride_tok, tile_hi - pos0, D, D_PAD)
+        k = as_dot_operand(load_kv_tile(k_base + row, offs_n, offs_d, stride_tok, tile_hi - pos0, D, D_PAD), q, UPCAST_DOT)
+        v = as_dot_operand(load_kv_tile(v_base + row, offs_n, offs_d, stride_tok, tile_hi - pos0, D, D_PAD), q, UPCAST_DOT)
+        k_scales = 1.0  # unused unless dynamic
+        v_scales = 1.0
+        if KV_QUANT == KV_INT8_DYNAMIC:
+            # the tile's keys' scales: one contiguous run of the head's scale row (0 past tile_hi,
+            # where the slots may hold NaN)
+            s_row = tl.cast(tl.where(block_ok, block, 0), tl.int64) * (NUM_KV_HEADS * BLOCK_SIZE) + pos0 % BLOCK_SIZE
+            in_tile = offs_n_f < tl.cast(tile_hi - pos0, tl.float32)
+            k_scales = tl.load(ks_base + s_row + offs_n, mask=in_tile, other=0.0)
+            v_scales = tl.load(vs_base + s_row + offs_n, mask=in_tile, other=0.0)
         key_pos = (tl.cast(pos0, tl.float32) + offs_n_f)[None, :]
         visible = row_ok[:, None] & (key_pos < tl.cast(tile_hi, tl.float32))
         if CAUSAL:
             visible = visible & (key_pos <= q_pos_f)
         if USE_WINDOW:
             visible = visible & (key_pos > q_pos_f - tl.cast(window, tl.float32))
-        acc, m_i, l_i = attend_tile(q, k, v, acc, m_i, l_i, visible, scale, softcap, USE_SOFTCAP, UPCAST_DOT)
+        acc, m_i, l_i = attend_tile(q, k, v, acc, m_i, l_i, visible, qk_scale, softcap, k_scales, v_scales,
+                                    USE_SOFTCAP, UPCAST_DOT, KV_QUANT == KV_INT8_DYNAMIC)
+    if KV_QUANT == KV_INT8_STATIC:
+        acc = acc * tl.load(vs_base)
     return acc, m_i, l_i
+
+
+@triton.jit
+def scale_bases(ks_ptr, vs_ptr, kv_head, ks_stride, vs_stride, BLOCK_SIZE: tl.constexpr, KV_QUANT: tl.constexpr):
+    """attend_kv_range's ks_base / vs_base for KV head kv_head: its row of the [num_blocks, KVH,
+    BLOCK_SIZE] scale caches (dynamic), or its static scales, one per head ks_stride / vs_stride
+    apart (0: one for all heads)."""
+    if KV_QUANT == KV_INT8_DYNAMIC:
+        return ks_ptr + kv_head * BLOCK_SIZE, vs_ptr + kv_head * BLOCK_SIZE
+    return ks_ptr + kv_head * ks_stride, vs_ptr + kv_head * vs_stride
+
+
+def kv_scale_args(kv_cache_dtype: str, k_scale: torch.Tensor | None, v_scale: torch.Tensor | None,
+                  dummy: torch.Tensor) -> dict:
+    """The launch arguments an attention kernel reads the cache's scales with: ks_ptr / vs_ptr
+    (`dummy`, never read, for a float cache), ks_stride / vs_stride (static per-head scales: 1, one
+    for all heads: 0) and the KV_QUANT constexpr."""
+    if kv_cache_dtype != "int8":
+        return dict(ks_ptr=dummy, vs_ptr=dummy, ks_stride=0, vs_stride=0, KV_QUANT=KV_FLOAT)
+    if k_scale.dim() == 3:
+        return dict(ks_ptr=k_scale, vs_ptr=v_scale, ks_stride=0, vs_stride=0, KV_QUANT=KV_INT8_DYNAMIC)
+    return dict(ks_ptr=k_scale, vs_ptr=v_scale, ks_stride=int(k_scale.numel() > 1), vs_stride=int(v_scale.numel() > 1),
+                KV_QUANT=KV_INT8_STATIC)
 
 
 def check_query_tile(rows: int, head_pad: int) -> None:
@@ -169,12 +242,20 @@ def check_query_tile(rows: int, head_pad: int) -> None:
                          f"the attention kernels' on-chip limit of {limit} elements; use the reference path")
 
 
-def tile_n(block_size: int, rows: int) -> int:
+def tile_n(block_size: int, rows: int, head_pad: int = 0, kv_int8: bool = False) -> int:
     """Keys per KV tile for a query tile of `rows` rows: the largest power of two dividing the
     block size (a tile never straddles two blocks), at most 128 keys for 16 rows and 64 for 32-64
     rows. UB holds the [rows, TILE_N] fp32 scores and their softmax temporaries (K and V go to
     L1), so rows × keys bounds it. Lowering gate, bf16 with softcap and window, 160 KB budget:
     unified 16 rows × 256 dims × 128 keys 154 KB, 32 × 128 × 64 147 KB (× 128 keys: 183 KB),
     64 MQA rows × 128 × 64 147 KB; paged decode 16 rows × 128 keys 46-62 KB, 64 rows × 64
-    keys 120 KB (× 128: 173 KB)."""
-    return min(block_size & -block_size, 128 if rows <= 16 else 64)
+    keys 120 KB (× 128: 173 KB).
+
+    An int8 cache (kv_int8) also converts its int8 K and V tiles to the query's dtype on the
+    vector cores, buffers that grow with keys × head_pad (bf16 most: int8 → fp32 → bf16): half
+    the keys, and at most 4096 // head_pad (16 rows × 256 dims × 32 keys planned 162 KB, × 16
+    keys 124 KB; 32 rows × 128 dims × 64 keys 181 KB, × 32 keys 156 KB)."""
+    keys = 128 if rows <= 16 else 64
+    if kv_int8:
+        keys = max(16, min(keys // 2, 4096 // head_pad))
+    return min(block_size & -block_size, keys)

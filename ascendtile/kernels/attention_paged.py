@@ -17,7 +17,8 @@ import triton
 import triton.language as tl
 
 from ascendtile.kernels._attention import (
-    attend_kv_range, check_query_tile, finish, group_rows, init_state, tile_n, upcast_dot, work_coords,
+    attend_kv_range, check_query_tile, finish, group_rows, init_state, kv_scale_args, scale_bases, tile_n, upcast_dot,
+    work_coords,
 )
 from ascendtile.kernels._reduce import fast_max
 from ascendtile.platform import core_counts, grid_size
@@ -31,17 +32,19 @@ MIN_SPLIT_TOKENS = 256  # shorter slices cost more in partial writes than they g
                                "stride_ot", "stride_oh", "stride_blk", "stride_tok", "stride_kh", "stride_table",
                                "window"])
 def paged_decode_kernel(
-    q_ptr, k_ptr, v_ptr, out_ptr, table_ptr, lens_ptr, cu_q_ptr, acc_ws, m_ws, l_ws,
+    q_ptr, k_ptr, v_ptr, out_ptr, table_ptr, lens_ptr, cu_q_ptr, acc_ws, m_ws, l_ws, ks_ptr, vs_ptr,
     num_seqs, num_splits, max_blocks, num_blocks,
     stride_qt, stride_qh, stride_ot, stride_oh, stride_blk, stride_tok, stride_kh, stride_table,
-    scale, softcap, window,
+    scale, softcap, window, ks_stride, vs_stride,
     NUM_KV_HEADS: tl.constexpr, GROUP: tl.constexpr, H_PAD: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, TILE_N: tl.constexpr, SPLIT: tl.constexpr, USE_SOFTCAP: tl.constexpr,
     USE_WINDOW: tl.constexpr, UPCAST_DOT: tl.constexpr, VARLEN_Q: tl.constexpr, MIN_SPLIT: tl.constexpr,
+    KV_QUANT: tl.constexpr,
 ):
     """SPLIT: write partials to acc_ws [B, H, num_splits, D_PAD], m_ws / l_ws [B, H, num_splits]
     (fp32, contiguous) instead of out. VARLEN_Q: sequence b's query is row cu_q[b] and exists only
-    if cu_q[b + 1] > cu_q[b] (a decode-only unified_attention batch); else it is row b."""
+    if cu_q[b + 1] > cu_q[b] (a decode-only unified_attention batch); else it is row b. ks_ptr /
+    vs_ptr, ks_stride / vs_stride, KV_QUANT: an int8 cache's scales (_attention.kv_scale_args)."""
     rows = tl.arange(0, H_PAD)
     row_ok = rows < GROUP
     offs_d = tl.arange(0, D_PAD)
@@ -65,12 +68,13 @@ def paged_decode_kernel(
         q_ptrs, q_mask = group_rows(q_ptr, q_row, n_q, stride_qt, kv_head * GROUP, GROUP, stride_qh, 1, H_PAD, D, D_PAD)
         q = tl.reshape(tl.load(q_ptrs, mask=q_mask, other=0.0), [H_PAD, D_PAD])
         acc, m_i, l_i = init_state(H_PAD, D_PAD)
+        ks_base, vs_base = scale_bases(ks_ptr, vs_ptr, kv_head, ks_stride, vs_stride, BLOCK_SIZE, KV_QUANT)
         # Keys < hi <= kv_len are all at or before the query: no causal mask needed.
         acc, m_i, l_i = attend_kv_range(
             q, acc, m_i, l_i, q_pos, row_ok, k_ptr + kv_head * stride_kh, v_ptr + kv_head * stride_kh,
             table_ptr + tl.cast(seq, tl.int64) * stride_table, num_blocks, lo, hi,
-            stride_blk, stride_tok, scale, softcap, window,
-            True, BLOCK_SIZE, TILE_N, D, D_PAD, False, USE_SOFTCAP, USE_WINDOW, UPCAST_DOT,
+            stride_blk, stride_tok, scale, softcap, window, ks_base, vs_base,
+            True, BLOCK_SIZE, TILE_N, D, D_PAD, False, USE_SOFTCAP, USE_WINDOW, UPCAST_DOT, KV_QUANT, NUM_KV_HEADS,
         )
         if SPLIT:
             # Row r is query head kv_head·G + r: partial rows are num_splits apart.
@@ -118,13 +122,13 @@ def paged_reduce_kernel(
         tl.store(dst + offs_d, o.to(out_ptr.dtype.element_ty), mask=(offs_d < D) & (n_q > 0))
 
 
-def tiling(heads: int, kv_heads: int, head_size: int, block_size: int) -> dict:
+def tiling(heads: int, kv_heads: int, head_size: int, block_size: int, kv_int8: bool = False) -> dict:
     group = heads // kv_heads
     h_pad = max(MIN_ROWS, triton.next_power_of_2(group))
     d_pad = triton.next_power_of_2(head_size)
     check_query_tile(h_pad, d_pad)
     return dict(NUM_KV_HEADS=kv_heads, GROUP=group, H_PAD=h_pad, D=head_size, D_PAD=d_pad, BLOCK_SIZE=block_size,
-                TILE_N=tile_n(block_size, h_pad))
+                TILE_N=tile_n(block_size, h_pad, d_pad, kv_int8))
 
 
 def choose_splits(device: torch.device, batch: int, kv_heads: int, capacity: int) -> int:
@@ -139,19 +143,21 @@ def choose_splits(device: torch.device, batch: int, kv_heads: int, capacity: int
 
 def paged_attention(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                     block_tables: torch.Tensor, seq_lens: torch.Tensor, scale: float, softcap: float,
-                    sliding_window: int, num_splits: int | None = None) -> None:
+                    sliding_window: int, kv_cache_dtype: str = "auto", k_scale: torch.Tensor | None = None,
+                    v_scale: torch.Tensor | None = None, num_splits: int | None = None) -> None:
     """Launcher of the paged_attention op. num_splits forces the KV split count (1 = no split,
     the reduce kernel is skipped); None picks it from the shapes (choose_splits)."""
     decode(out, query, key_cache, value_cache, block_tables, seq_lens, None, scale, softcap, sliding_window,
-           num_splits)
+           num_splits, kv_cache_dtype=kv_cache_dtype, k_scale=k_scale, v_scale=v_scale)
 
 
 def decode(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
            block_tables: torch.Tensor, seq_lens: torch.Tensor, cu_seqlens_q: torch.Tensor | None, scale: float,
-           softcap: float, sliding_window: int, num_splits: int | None = None) -> None:
+           softcap: float, sliding_window: int, num_splits: int | None = None, *, kv_cache_dtype: str = "auto",
+           k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None) -> None:
     """Decode over the paged cache, one query token per sequence (of B = seq_lens' length); with
     cu_seqlens_q (a unified_attention batch whose max_seqlen_q is 1) sequence b's token is row
-    cu_seqlens_q[b] of query, or absent."""
+    cu_seqlens_q[b] of query, or absent. An int8 cache comes with its scales (kv_scale_args)."""
     batch = seq_lens.shape[0]
     heads, head_size = query.shape[1], query.shape[2]
     if batch == 0 or query.shape[0] == 0:
@@ -159,7 +165,7 @@ def decode(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, valu
     varlen_q = cu_seqlens_q is not None
     cu_q = cu_seqlens_q if varlen_q else seq_lens  # unused when not varlen_q
     kv_heads, block_size = key_cache.shape[2], key_cache.shape[1]
-    params = tiling(heads, kv_heads, head_size, block_size)
+    params = tiling(heads, kv_heads, head_size, block_size, kv_cache_dtype == "int8")
     capacity = block_tables.shape[1] * block_size
     splits = num_splits or choose_splits(query.device, batch, kv_heads, capacity)
     # A forced split count (tests) may cut short sequences finely; the chosen one keeps slices long.
@@ -171,12 +177,13 @@ def decode(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, valu
         acc_ws = m_ws = l_ws = out  # unused
     paged_decode_kernel[(grid_size(query.device, batch * kv_heads * splits, uses_dot=True),)](
         query, key_cache, value_cache, out, block_tables, seq_lens, cu_q, acc_ws, m_ws, l_ws,
-        batch, splits, block_tables.shape[1], key_cache.shape[0],
-        query.stride(0), query.stride(1), out.stride(0), out.stride(1),
-        key_cache.stride(0), key_cache.stride(1), key_cache.stride(2), block_tables.stride(0),
-        scale, softcap, sliding_window,
+        num_seqs=batch, num_splits=splits, max_blocks=block_tables.shape[1], num_blocks=key_cache.shape[0],
+        stride_qt=query.stride(0), stride_qh=query.stride(1), stride_ot=out.stride(0), stride_oh=out.stride(1),
+        stride_blk=key_cache.stride(0), stride_tok=key_cache.stride(1), stride_kh=key_cache.stride(2),
+        stride_table=block_tables.stride(0), scale=scale, softcap=softcap, window=sliding_window,
         SPLIT=splits > 1, USE_SOFTCAP=softcap > 0, USE_WINDOW=sliding_window > 0,
-        UPCAST_DOT=upcast_dot(query.dtype), VARLEN_Q=varlen_q, MIN_SPLIT=min_split, **params,
+        UPCAST_DOT=upcast_dot(query.dtype), VARLEN_Q=varlen_q, MIN_SPLIT=min_split,
+        **kv_scale_args(kv_cache_dtype, k_scale, v_scale, query), **params,
     )
     if splits > 1:
         paged_reduce_kernel[(grid_size(query.device, batch * heads),)](

@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 
 from ascendtile.kernels._attention import (
-    attend_kv_range, check_query_tile, finish, group_rows, init_state, tile_n, upcast_dot,
+    attend_kv_range, check_query_tile, finish, group_rows, init_state, kv_scale_args, scale_bases, tile_n, upcast_dot,
 )
 from ascendtile.kernels import attention_paged
 from ascendtile.platform import grid_size
@@ -56,18 +56,19 @@ def _sequence_of_block(cu_q_ptr, num_seqs, g, BLOCK_Q: tl.constexpr):
 @triton.jit(do_not_specialize=["num_seqs", "num_q_blocks", "max_blocks", "num_blocks", "stride_qt", "stride_qh",
                                "stride_ot", "stride_oh", "stride_blk", "stride_tok", "stride_kh", "stride_table", "window"])
 def flash_attention_kernel(
-    q_ptr, k_ptr, v_ptr, out_ptr, table_ptr, cu_q_ptr, kv_ptr,
+    q_ptr, k_ptr, v_ptr, out_ptr, table_ptr, cu_q_ptr, kv_ptr, ks_ptr, vs_ptr,
     num_seqs, num_q_blocks, max_blocks, num_blocks,
     stride_qt, stride_qh, stride_ot, stride_oh, stride_blk, stride_tok, stride_kh, stride_table,
-    scale, softcap, window,
+    scale, softcap, window, ks_stride, vs_stride,
     NUM_KV_HEADS: tl.constexpr, GROUP: tl.constexpr, G_PAD: tl.constexpr, BLOCK_Q: tl.constexpr,
     BLOCK_M: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr, TILE_N: tl.constexpr,
     PAGED: tl.constexpr, CAUSAL: tl.constexpr, USE_SOFTCAP: tl.constexpr, USE_WINDOW: tl.constexpr,
-    UPCAST_DOT: tl.constexpr,
+    UPCAST_DOT: tl.constexpr, KV_QUANT: tl.constexpr,
 ):
     """kv_ptr: seqused_k [B] (PAGED) or cu_seqlens_k [B+1] (dense). num_q_blocks: the global query
     block count, num_tokens // BLOCK_Q + num_seqs. With PAGED the cache strides are (stride_blk,
-    stride_tok, stride_kh); dense K/V rows use (stride_tok, stride_kh)."""
+    stride_tok, stride_kh); dense K/V rows use (stride_tok, stride_kh). ks_ptr / vs_ptr,
+    ks_stride / vs_stride, KV_QUANT: an int8 paged cache's scales (_attention.kv_scale_args)."""
     rows = tl.arange(0, BLOCK_M)
     tok = rows // G_PAD  # token within the query block (row metadata only; loads use group_rows)
     head = rows % G_PAD  # query head within the GQA group
@@ -108,12 +109,14 @@ def flash_attention_kernel(
                 k_base = k_ptr + tl.cast(k_start, tl.int64) * stride_tok + kv_head * stride_kh
                 v_base = v_ptr + tl.cast(k_start, tl.int64) * stride_tok + kv_head * stride_kh
             table_row = table_ptr + tl.cast(seq, tl.int64) * stride_table
+            ks_base, vs_base = scale_bases(ks_ptr, vs_ptr, kv_head, ks_stride, vs_stride, BLOCK_SIZE, KV_QUANT)
 
             acc, m_i, l_i = init_state(BLOCK_M, D_PAD)
             acc, m_i, l_i = attend_kv_range(
                 q, acc, m_i, l_i, q_pos, row_ok, k_base, v_base, table_row, num_blocks, lo, hi,
-                stride_blk, stride_tok, scale, softcap, window,
+                stride_blk, stride_tok, scale, softcap, window, ks_base, vs_base,
                 PAGED, BLOCK_SIZE, TILE_N, D, D_PAD, CAUSAL, USE_SOFTCAP, USE_WINDOW, UPCAST_DOT,
+                KV_QUANT, NUM_KV_HEADS,
             )
             o = tl.reshape(finish(acc, l_i), [BLOCK_Q, G_PAD, D_PAD])
             o_ptrs, o_mask = group_rows(out_ptr, q_start + first, q_len - first, stride_ot, kv_head * GROUP, GROUP,
@@ -121,7 +124,8 @@ def flash_attention_kernel(
             tl.store(o_ptrs, o.to(out_ptr.dtype.element_ty), mask=o_mask)
 
 
-def tiling(heads: int, kv_heads: int, head_size: int, block_size: int, max_seqlen_q: int) -> dict:
+def tiling(heads: int, kv_heads: int, head_size: int, block_size: int, max_seqlen_q: int,
+           kv_int8: bool = False) -> dict:
     """Constexpr tile parameters for a launch (also used by the lowering cases)."""
     group = heads // kv_heads
     g_pad = triton.next_power_of_2(group)
@@ -130,14 +134,15 @@ def tiling(heads: int, kv_heads: int, head_size: int, block_size: int, max_seqle
     block_m = max(rows, g_pad)
     check_query_tile(block_m, d_pad)
     return dict(NUM_KV_HEADS=kv_heads, GROUP=group, G_PAD=g_pad, BLOCK_Q=block_m // g_pad, BLOCK_M=block_m,
-                D=head_size, D_PAD=d_pad, BLOCK_SIZE=block_size, TILE_N=tile_n(block_size, block_m))
+                D=head_size, D_PAD=d_pad, BLOCK_SIZE=block_size, TILE_N=tile_n(block_size, block_m, d_pad, kv_int8))
 
 
 def launch(out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, table: torch.Tensor,
            cu_seqlens_q: torch.Tensor, kv_lens: torch.Tensor, max_seqlen_q: int, scale: float, softcap: float,
-           sliding_window: int, *, paged: bool, causal: bool) -> None:
-    """Shared launcher: paged (key/value = caches, kv_lens = seqused_k) or dense (key/value
-    [Tk, KVH, D], kv_lens = cu_seqlens_k, table unused)."""
+           sliding_window: int, *, paged: bool, causal: bool, kv_cache_dtype: str = "auto",
+           k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None) -> None:
+    """Shared launcher: paged (key/value = caches, kv_lens = seqused_k; int8 caches with their
+    scales) or dense (key/value [Tk, KVH, D], kv_lens = cu_seqlens_k, table unused)."""
     num_seqs = cu_seqlens_q.shape[0] - 1
     if query.shape[0] == 0 or num_seqs <= 0 or max_seqlen_q == 0:
         return
@@ -147,26 +152,30 @@ def launch(out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: tor
     else:
         block_size, max_blocks, num_blocks = DENSE_BLOCK, 0, 0  # dense: tiles are position-aligned, no blocks
         stride_blk, stride_tok, stride_kh, stride_table = 0, key.stride(0), key.stride(1), 0
-    params = tiling(query.shape[1], key.shape[-2], query.shape[2], block_size, max_seqlen_q)
+    params = tiling(query.shape[1], key.shape[-2], query.shape[2], block_size, max_seqlen_q, kv_cache_dtype == "int8")
     num_q_blocks = query.shape[0] // params["BLOCK_Q"] + num_seqs  # a bound on the blocks (module docstring)
     work = num_q_blocks * params["NUM_KV_HEADS"]
     flash_attention_kernel[(grid_size(query.device, work, uses_dot=True),)](
         query, key, value, out, table, cu_seqlens_q, kv_lens,
-        num_seqs, num_q_blocks, max_blocks, num_blocks,
-        query.stride(0), query.stride(1), out.stride(0), out.stride(1), stride_blk, stride_tok, stride_kh, stride_table,
-        scale, softcap, sliding_window,
+        num_seqs=num_seqs, num_q_blocks=num_q_blocks, max_blocks=max_blocks, num_blocks=num_blocks,
+        stride_qt=query.stride(0), stride_qh=query.stride(1), stride_ot=out.stride(0), stride_oh=out.stride(1),
+        stride_blk=stride_blk, stride_tok=stride_tok, stride_kh=stride_kh, stride_table=stride_table,
+        scale=scale, softcap=softcap, window=sliding_window,
         PAGED=paged, CAUSAL=causal, USE_SOFTCAP=softcap > 0, USE_WINDOW=sliding_window > 0,
-        UPCAST_DOT=upcast_dot(query.dtype), **params,
+        UPCAST_DOT=upcast_dot(query.dtype), **kv_scale_args(kv_cache_dtype, k_scale, v_scale, query), **params,
     )
 
 
 def unified_attention(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                       block_table: torch.Tensor, cu_seqlens_q: torch.Tensor, seqused_k: torch.Tensor,
-                      max_seqlen_q: int, max_seqlen_k: int, scale: float, softcap: float, sliding_window: int) -> None:
+                      max_seqlen_q: int, max_seqlen_k: int, scale: float, softcap: float, sliding_window: int,
+                      kv_cache_dtype: str = "auto", k_scale: torch.Tensor | None = None,
+                      v_scale: torch.Tensor | None = None) -> None:
     if max_seqlen_q == 1:
         # A decode-only step: the paged decode kernels, which split long contexts over idle cores.
         attention_paged.decode(out, query, key_cache, value_cache, block_table, seqused_k, cu_seqlens_q, scale,
-                               softcap, sliding_window)
+                               softcap, sliding_window, kv_cache_dtype=kv_cache_dtype, k_scale=k_scale,
+                               v_scale=v_scale)
         return
     launch(out, query, key_cache, value_cache, block_table, cu_seqlens_q, seqused_k, max_seqlen_q, scale, softcap,
-           sliding_window, paged=True, causal=True)
+           sliding_window, paged=True, causal=True, kv_cache_dtype=kv_cache_dtype, k_scale=k_scale, v_scale=v_scale)

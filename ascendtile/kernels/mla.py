@@ -13,6 +13,12 @@ Split-KV: when tokens x head tiles would leave cube cores idle (decode at small 
 context is long, work items also split the key range; each writes its normalised partial output
 and log2-sum-exp to an fp32 workspace of padded [BLOCK_H, BLOCK_L] tiles, and a vector kernel
 merges the splits.
+
+An int8 latent cache (KV_QUANT, ops/_kv_quant.py) is read as the float one is, its tiles converted
+to the query's dtype (exact), and the scales applied as in _attention.py: dynamic (per token, one
+scale for the latent and one for the rope part, the rows of the [num_blocks, 2, block_size] scale
+cache) to the two score dots' columns and to P's columns before the P·V dot; static (one scale)
+folded into the softmax scale and applied to the accumulator after the loop.
 """
 from __future__ import annotations
 
@@ -20,7 +26,10 @@ import torch
 import triton
 import triton.language as tl
 
-from ascendtile.kernels._attention import dot, finish, init_state, load_kv_tile, upcast_dot
+from ascendtile.kernels import _attention
+from ascendtile.kernels._attention import (
+    KV_FLOAT, KV_INT8_DYNAMIC, KV_INT8_STATIC, as_dot_operand, dot, finish, init_state, load_kv_tile, upcast_dot,
+)
 from ascendtile.kernels._reduce import fast_max
 from ascendtile.platform import core_counts, grid_size
 
@@ -44,13 +53,18 @@ def _visible_keys(seq_ids_ptr, cu_ptr, seqused_ptr, t):
 @triton.jit(do_not_specialize=["num_heads", "work_items", "num_splits", "keys_per_split", "num_blocks", "stride_qt",
                                "stride_qh", "stride_kb", "stride_ks", "stride_bt", "stride_ot", "stride_oh"])
 def mla_attention_kernel(
-    q_ptr, kv_ptr, bt_ptr, seq_ids_ptr, cu_ptr, seqused_ptr, out_ptr, part_ptr, lse_ptr,
+    q_ptr, kv_ptr, bt_ptr, seq_ids_ptr, cu_ptr, seqused_ptr, out_ptr, part_ptr, lse_ptr, kv_scale_ptr,
     num_heads, work_items, num_splits, keys_per_split, num_blocks,
     stride_qt, stride_qh, stride_kb, stride_ks, stride_bt, stride_ot, stride_oh, qk_scale_log2,
     L: tl.constexpr, R: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_R: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
-    UPCAST_DOT: tl.constexpr,
+    UPCAST_DOT: tl.constexpr, KV_QUANT: tl.constexpr,
 ):
+    """kv_scale_ptr: an int8 cache's scale cache [num_blocks, 2, BLOCK_SIZE] (KV_INT8_DYNAMIC) or
+    its static scale (KV_INT8_STATIC); unused for a float cache."""
+    rn_f = tl.arange(0, BLOCK_N).to(tl.float32)
+    if KV_QUANT == _attention.KV_INT8_STATIC:
+        qk_scale_log2 = qk_scale_log2 * tl.load(kv_scale_ptr)
     rh = tl.arange(0, BLOCK_H)
     rn = tl.arange(0, BLOCK_N)
     dl = tl.arange(0, BLOCK_L)
@@ -84,18 +98,33 @@ def mla_attention_kernel(
             n_keys = tl.where(block_ok, end - k0, 0)
             rows = kv_ptr + tl.cast(tl.where(block_ok, block_id, 0), tl.int64) * stride_kb + (k0 % BLOCK_SIZE) * stride_ks
             # Keys past `end` read as 0: unused cache slots may hold NaN, which would poison p @ v.
-            k_nope = load_kv_tile(rows, rn, dl, stride_ks, n_keys, L, BLOCK_L)
-            k_pe = load_kv_tile(rows + L, rn, dr, stride_ks, n_keys, R, BLOCK_R)
-            s = dot(q_nope, tl.trans(k_nope), UPCAST_DOT) + dot(q_pe, tl.trans(k_pe), UPCAST_DOT)
+            k_nope = as_dot_operand(load_kv_tile(rows, rn, dl, stride_ks, n_keys, L, BLOCK_L), q_nope, UPCAST_DOT)
+            k_pe = as_dot_operand(load_kv_tile(rows + L, rn, dr, stride_ks, n_keys, R, BLOCK_R), q_nope, UPCAST_DOT)
             # fp32 compare: integer vector compares are scalar code on A2/A3
-            s = tl.where((rn.to(tl.float32) < tl.cast(n_keys, tl.float32))[None, :], s * qk_scale_log2, float("-inf"))
+            in_tile = rn_f < tl.cast(n_keys, tl.float32)
+            if KV_QUANT == _attention.KV_INT8_DYNAMIC:
+                # the keys' latent and rope scales: contiguous runs of the block's two scale rows
+                # (0 past n_keys, where the slots may hold NaN)
+                s_row = (kv_scale_ptr + tl.cast(tl.where(block_ok, block_id, 0), tl.int64) * (2 * BLOCK_SIZE)
+                         + k0 % BLOCK_SIZE)
+                c_scale = tl.load(s_row + rn, mask=in_tile, other=0.0)
+                pe_scale = tl.load(s_row + BLOCK_SIZE + rn, mask=in_tile, other=0.0)
+                s = (dot(q_nope, tl.trans(k_nope), UPCAST_DOT) * c_scale[None, :]
+                     + dot(q_pe, tl.trans(k_pe), UPCAST_DOT) * pe_scale[None, :])
+            else:
+                s = dot(q_nope, tl.trans(k_nope), UPCAST_DOT) + dot(q_pe, tl.trans(k_pe), UPCAST_DOT)
+            s = tl.where(in_tile[None, :], s * qk_scale_log2, float("-inf"))
             m_new = tl.maximum(m, fast_max(s, 1))  # finite: m starts finite
             alpha = tl.exp2(m - m_new)
             p = tl.exp2(s - m_new[:, None])
             l = l * alpha + tl.sum(p, 1)
+            if KV_QUANT == _attention.KV_INT8_DYNAMIC:
+                p = p * c_scale[None, :]
             acc = acc * alpha[:, None] + dot(p.to(k_nope.dtype), k_nope, UPCAST_DOT)  # V = the k_nope tile
             m = m_new
 
+        if KV_QUANT == _attention.KV_INT8_STATIC:
+            acc = acc * tl.load(kv_scale_ptr)
         o = finish(acc, l)  # no visible key: 0, not NaN
         if SPLIT:
             slot = tl.cast(split * tiles + tile, tl.int64) * BLOCK_H
@@ -143,11 +172,13 @@ def block_h_for(lora: int, heads: int) -> int:
     return min(16 if lora > 256 else 64, max(16, triton.next_power_of_2(heads)))
 
 
-def block_n_for(lora: int, block_size: int) -> int:
+def block_n_for(lora: int, block_size: int, kv_int8: bool = False) -> int:
     """Keys per step, the largest power of two dividing the block size (a slice never straddles
     two blocks), at most 32 at L=512 (64 keys overflow L1, 512 KB: the compiler then drops
-    multibuffering) and 128 at L=128 (see block_h_for)."""
-    return min(32 if lora > 256 else 128, block_size & -block_size)
+    multibuffering) and 128 at L=128 (see block_h_for), 64 over an int8 cache (its tiles'
+    conversion to the query dtype takes UB too: L=128 × 128 keys planned 181-190 KB, × 64 150 KB;
+    L=512 × 32 keys 149 KB)."""
+    return min(32 if lora > 256 else 64 if kv_int8 else 128, block_size & -block_size)
 
 
 def merge_block_d(block_l: int, block_h: int) -> int:
@@ -167,7 +198,8 @@ def plan_splits(work: int, max_seqlen_k: int, block_size: int, cores: int) -> tu
 
 def mla_attention(out: torch.Tensor, query: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor,
                   cu_seqlens_q: torch.Tensor, seqused_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
-                  kv_lora_rank: int, scale: float) -> None:
+                  kv_lora_rank: int, scale: float, kv_cache_dtype: str = "auto",
+                  kv_scale: torch.Tensor | None = None) -> None:
     tokens, heads, dim = query.shape
     if tokens == 0:
         return
@@ -184,14 +216,18 @@ def mla_attention(out: torch.Tensor, query: torch.Tensor, kv_cache: torch.Tensor
     else:
         part = lse = out  # unused
     work = tiles * splits
+    if kv_cache_dtype == "int8":
+        kv_quant = KV_INT8_DYNAMIC if kv_scale.dim() == 3 else KV_INT8_STATIC
+    else:
+        kv_quant, kv_scale = KV_FLOAT, query  # never read
     mla_attention_kernel[(grid_size(query.device, work, uses_dot=True),)](
-        query, kv_cache, block_table, seq_ids, cu_seqlens_q, seqused_k, out, part, lse,
+        query, kv_cache, block_table, seq_ids, cu_seqlens_q, seqused_k, out, part, lse, kv_scale,
         heads, work, splits, keys_per_split, kv_cache.shape[0],
         query.stride(0), query.stride(1), kv_cache.stride(0), kv_cache.stride(1), block_table.stride(0),
         out.stride(0), out.stride(1), scale * LOG2E,
         L=lora, R=rope, BLOCK_L=block_l, BLOCK_R=triton.next_power_of_2(rope), BLOCK_SIZE=block_size,
-        BLOCK_H=block_h, BLOCK_N=block_n_for(lora, block_size), SPLIT=splits > 1,
-        UPCAST_DOT=upcast_dot(query.dtype),
+        BLOCK_H=block_h, BLOCK_N=block_n_for(lora, block_size, kv_quant != KV_FLOAT), SPLIT=splits > 1,
+        UPCAST_DOT=upcast_dot(query.dtype), KV_QUANT=kv_quant,
     )
     if splits > 1:
         mla_merge_kernel[(grid_size(query.device, tiles),)](

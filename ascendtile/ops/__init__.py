@@ -2,6 +2,7 @@
 wrappers that allocate outputs: `ascendtile.ops.rms_norm(x, w, eps)` etc. One module per op
 family, named like its kernels/ module; `_`-prefixed modules hold checks shared by families."""
 from ascendtile.ops._attention import check_paged_step
+from ascendtile.ops._kv_quant import KV_CACHE_DTYPES, check_kv_cache_dtype
 from ascendtile.ops._registry import REGISTERED, kernel_path
 from ascendtile.ops.activation import gelu_and_mul, gelu_tanh_and_mul, silu_and_mul
 from ascendtile.ops.attention_paged import paged_attention
@@ -25,7 +26,7 @@ from ascendtile.ops.scaled_mm import scaled_mm, w8a8_linear
 from ascendtile.ops.w4a16 import w4a16_linear
 
 __all__ = [
-    "REGISTERED", "kernel_path", "check_paged_step",
+    "REGISTERED", "kernel_path", "check_paged_step", "KV_CACHE_DTYPES", "check_kv_cache_dtype",
     "rms_norm", "fused_add_rms_norm", "silu_and_mul", "gelu_tanh_and_mul", "gelu_and_mul", "rotary_embedding",
     "reshape_and_cache_flash", "concat_and_cache_mla", "causal_mask",
     "paged_attention", "flash_attention_varlen", "unified_attention", "mla_attention",

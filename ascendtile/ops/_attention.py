@@ -8,12 +8,17 @@ to the query at absolute position p: j < kv_len, its block id in [0, num_blocks)
 the last q_len of the kv_len: bottom-right aligned), sliding_window w > 0: p - w < j (HF/vLLM: the
 query and the w - 1 keys before it). softcap c > 0: scores = c·tanh(scores / c). A query with no
 visible key (e.g. seqused_k == 0, or every block id invalid) gets 0.
+
+kv_cache_dtype "int8" (ops/_kv_quant.py): int8 caches read with k_scale / v_scale, each a dynamic
+scale cache [num_blocks, num_kv_heads, block_size] or a static scale (one element or
+[num_kv_heads]); with "auto" (float caches of the query's dtype) both are None.
 """
 from __future__ import annotations
 
 import torch
 
 from ascendtile.ops._indices import check_block_table, check_lengths, check_slots
+from ascendtile.ops._kv_quant import check_attention_scales, check_cache_dtype, check_kv_cache_dtype
 from ascendtile.ops._validate import (
     FLOAT_DTYPES, INDEX_DTYPES, INT32, check_positive, check_same_device, check_same_dtype, check_shape, check_tensor,
 )
@@ -96,34 +101,41 @@ def check_paged_step(positions: torch.Tensor, slot_mapping: torch.Tensor, block_
 
 
 def validate_unified(out, query, key_cache, value_cache, block_table, cu_seqlens_q, seqused_k, max_seqlen_q: int,
-                     max_seqlen_k: int, scale: float, softcap: float, sliding_window: int) -> None:
+                     max_seqlen_k: int, scale: float, softcap: float, sliding_window: int, kv_cache_dtype: str = "auto",
+                     k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None) -> None:
     check_paged_attention(out, query, key_cache, value_cache, "block_table", block_table, "seqused_k", seqused_k,
-                          scale, softcap, cu_seqlens_q, max_seqlen_q, max_seqlen_k)
+                          scale, softcap, kv_cache_dtype, k_scale, v_scale, cu_seqlens_q, max_seqlen_q, max_seqlen_k)
 
 
 def validate_paged(out, query, key_cache, value_cache, block_tables, seq_lens, scale: float, softcap: float,
-                   sliding_window: int) -> None:
+                   sliding_window: int, kv_cache_dtype: str = "auto", k_scale: torch.Tensor | None = None,
+                   v_scale: torch.Tensor | None = None) -> None:
     check_paged_attention(out, query, key_cache, value_cache, "block_tables", block_tables, "seq_lens", seq_lens,
-                          scale, softcap)
+                          scale, softcap, kv_cache_dtype, k_scale, v_scale)
 
 
 def check_paged_attention(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                           table_name: str, table: torch.Tensor, lens_name: str, lens: torch.Tensor, scale: float,
-                          softcap: float, cu_seqlens_q: torch.Tensor | None = None, max_seqlen_q: int | None = None,
-                          max_seqlen_k: int | None = None) -> None:
+                          softcap: float, kv_cache_dtype: str, k_scale: torch.Tensor | None,
+                          v_scale: torch.Tensor | None, cu_seqlens_q: torch.Tensor | None = None,
+                          max_seqlen_q: int | None = None, max_seqlen_k: int | None = None) -> None:
     """Every check of unified_attention (a mixed batch: cu_seqlens_q, max_seqlen_q/k given) and
     paged_attention (a decode batch)."""
+    int8 = check_kv_cache_dtype(kv_cache_dtype)
     check_query_out(query, out, "query")
-    check_tensor("key_cache", key_cache, dtypes=FLOAT_DTYPES, ndim=4)
-    check_tensor("value_cache", value_cache, dtypes=FLOAT_DTYPES, ndim=4)
+    check_cache_dtype("key_cache", key_cache, int8, 4)
+    check_cache_dtype("value_cache", value_cache, int8, 4)
     check_shape("value_cache", value_cache, key_cache.shape, "same as key_cache")
     check_heads("key_cache", key_cache, query, key_cache.shape[2])
     block_size = check_block_size("key_cache", key_cache)
     check_paged_batch(table_name, table, key_cache.shape[0], block_size, lens_name, lens, query.shape[0],
                       cu_seqlens_q, max_seqlen_q, max_seqlen_k)
+    check_attention_scales(int8, {"k_scale": k_scale, "v_scale": v_scale}, key_cache.shape[0], key_cache.shape[2],
+                           block_size, "num_kv_heads", key_cache.shape[2])
     check_same_device(query=query, out=out, key_cache=key_cache, value_cache=value_cache, **{table_name: table},
-                      cu_seqlens_q=cu_seqlens_q, **{lens_name: lens})
-    check_same_dtype(query=query, key_cache=key_cache, value_cache=value_cache, out=out)
+                      cu_seqlens_q=cu_seqlens_q, **{lens_name: lens}, k_scale=k_scale, v_scale=v_scale)
+    # int8 caches hold the query dtype's values quantized
+    check_same_dtype(query=query, out=out, **({} if int8 else {"key_cache": key_cache, "value_cache": value_cache}))
     check_scalars(scale, softcap)
 
 

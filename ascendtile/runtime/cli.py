@@ -43,6 +43,8 @@ def _common(parser: argparse.ArgumentParser) -> None:
                         help="w8a8: int8 weights and dynamic activations on every Linear but the LM head; w4a16: "
                         "4-bit weights (a GGUF's Q4 tensors as they are, float weights quantized per group)")
     parser.add_argument("--max-model-len", type=int, default=2048)
+    parser.add_argument("--kv-cache-dtype", choices=("auto", "int8"), default="auto",
+                        help="auto: the KV cache in --dtype; int8: int8 values with per-token scales (~half the bytes)")
     parser.add_argument("--graph", choices=("auto", "off"), default="auto")
     parser.add_argument("--compilation-level", type=int, choices=(0, 1, 2, 3), default=0,
                         help="0 eager, 1 torch.compile as is, 2 Dynamo once (one trace, no recompiles), 3 piecewise "
@@ -113,7 +115,8 @@ def _run(args: argparse.Namespace, params: SamplingParams) -> int:
 
     llm = LLM(args.model, dtype=args.dtype, max_model_len=args.max_model_len, quantization=args.quantize,
               graph=args.graph, compilation_config=args.compilation_level,
-              tensor_parallel_size=args.tensor_parallel_size, speculative_config=args.speculative_config)
+              tensor_parallel_size=args.tensor_parallel_size, speculative_config=args.speculative_config,
+              kv_cache_dtype=args.kv_cache_dtype)
     use_tqdm = len(args.prompt) > 1
     if args.chat:
         outputs = llm.chat([[{"role": "user", "content": p}] for p in args.prompt], params, use_tqdm=use_tqdm)

@@ -25,6 +25,7 @@ class EngineConfig:
     dtype: torch.dtype
     compilation: CompilationConfig = field(default_factory=CompilationConfig)
     speculative_config: SpeculativeConfig | None = None  # None: no speculative decoding
+    kv_cache_dtype: str = "auto"  # "auto": the cache in dtype; "int8": int8 with dynamic scales
 
 
 def resolve_dtype(dtype: torch.dtype | str) -> torch.dtype:

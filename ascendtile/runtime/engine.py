@@ -40,7 +40,8 @@ class Engine:
             # with drafts are untested on a device with graphs
             raise NotImplementedError(f"speculative_config: not supported with graph={config.graph!r} on "
                                       f"{config.device.type}; pass graph='off'")
-        model.allocate_kv_cache(config.num_kv_blocks, config.block_size, config.dtype, config.device)
+        model.allocate_kv_cache(config.num_kv_blocks, config.block_size, config.dtype, config.device,
+                                config.kv_cache_dtype)
         # the runners call the model's forward; at compilation level >= 1 that is the compiled one.
         # Level 3 on NPU/CUDA captures its pieces per size instead of whole decode steps (vLLM's piecewise mode)
         capture = piece_capture(config.compilation, config.device.type, config.max_num_seqs) if config.graph != "off" else None

@@ -33,6 +33,7 @@ class EngineArgs:
     seed: int
     compilation: CompilationConfig
     speculative_config: SpeculativeConfig | None = None
+    kv_cache_dtype: str = "auto"
 
 
 def _agreed_blocks(blocks: int) -> int:
@@ -55,14 +56,14 @@ def create_engine(loaded, args: EngineArgs) -> Engine:
     max_model_len = limit if args.max_model_len is None else args.max_model_len
     if not 1 < max_model_len <= limit:
         raise ValueError(f"max_model_len: must be in [2, {limit}] (the model's max_position_embeddings)")
-    bytes_per_block = model.kv_cache_bytes_per_block(args.block_size, args.dtype)
+    bytes_per_block = model.kv_cache_bytes_per_block(args.block_size, args.dtype, args.kv_cache_dtype)
     blocks = kv_cache_blocks(bytes_per_block, args.device, num_blocks=args.num_kv_blocks,
                              memory_bytes=args.kv_cache_memory, max_model_len=max_model_len,
                              max_num_seqs=args.max_num_seqs, block_size=args.block_size,
                              activation_bytes=args.max_num_batched_tokens * model_config.vocab_size * 4)
     config = EngineConfig(max_model_len, args.max_num_seqs, args.max_num_batched_tokens, args.block_size,
                           _agreed_blocks(blocks), args.enable_prefix_caching, args.graph, args.device, args.dtype,
-                          args.compilation, args.speculative_config)
+                          args.compilation, args.speculative_config, args.kv_cache_dtype)
     eos = set(loaded.tokenizer.eos_token_ids) if loaded.tokenizer is not None else set()
     eos |= set(model_config.eos_token_id or [])
     return Engine(model, loaded.tokenizer, eos, config, args.seed)

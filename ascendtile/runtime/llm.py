@@ -44,7 +44,10 @@ class LLM:
     90% of free NPU/CUDA memory / 1 GiB on CPU. graph: "auto" runs decode steps through the
     bucketed GraphRunner on NPU/CUDA (captured graphs; CPU runs every step eagerly, unpadded),
     "off" runs every step eagerly. quantization: None, "w8a8" or "w4a16" (ascendtile.model.load_model
-    says what each converts; a quantized checkpoint loads quantized either way). seed: for unseeded sampling.
+    says what each converts; a quantized checkpoint loads quantized either way). kv_cache_dtype:
+    vLLM's name; "auto" (the cache in dtype) or "int8" (int8 values with a dynamic fp32 scale per
+    token and KV head, dequantized inside the attention kernels: about half a bf16 cache's bytes,
+    so ~1.9x the blocks in the same kv_cache_memory; ops/_kv_quant.py). seed: for unseeded sampling.
     compilation_config: a CompilationConfig, a dict of its fields, or an int level (0 none, 1
     Dynamo as is, 2 Dynamo once, 3 piecewise; see ascendtile/compilation/config.py); None = level 0.
     speculative_config: None (off), a SpeculativeConfig or a dict of its fields in vLLM's names
@@ -73,13 +76,15 @@ class LLM:
                  enable_prefix_caching: bool = True, graph: str = "auto", quantization: str | None = None,
                  seed: int = 0, compilation_config: CompilationConfig | dict | int | None = None,
                  tensor_parallel_size: int = 1, tp_timeout_s: float = 600.0,
-                 speculative_config: SpeculativeConfig | dict | None = None) -> None:
+                 speculative_config: SpeculativeConfig | dict | None = None, kv_cache_dtype: str = "auto") -> None:
         from ascendtile import platform
         from ascendtile.model import LoadedModel, check_quantization, default_dtype, load_model, model_path
+        from ascendtile.ops import check_kv_cache_dtype
 
         check_quantization(quantization)
         if graph not in ("auto", "off"):
             raise ValueError(f"graph: must be 'auto' or 'off', got {graph!r}")
+        check_kv_cache_dtype(kv_cache_dtype)
         size = check_tensor_parallel_size(tensor_parallel_size)
         if not tp_timeout_s > 0:
             raise ValueError(f"tp_timeout_s: must be > 0, got {tp_timeout_s}")
@@ -88,7 +93,7 @@ class LLM:
                           platform.default_block_size(dev) if block_size is None else block_size, num_kv_blocks,
                           kv_cache_memory, enable_prefix_caching, graph, quantization, seed,
                           CompilationConfig.from_user(compilation_config),
-                          SpeculativeConfig.from_user(speculative_config))
+                          SpeculativeConfig.from_user(speculative_config), kv_cache_dtype)
         self.model: RuntimeModel | None = None
         self.engine: Engine | None = None
         self._executor = None

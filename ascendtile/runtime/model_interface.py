@@ -37,13 +37,15 @@ class RuntimeModel(Protocol):
         its own: the sampler modifies it in place."""
         ...
 
-    def kv_cache_bytes_per_block(self, block_size: int, dtype: torch.dtype) -> int:
-        """Bytes one KV block of block_size tokens takes over all layers in dtype; sizes the cache."""
+    def kv_cache_bytes_per_block(self, block_size: int, dtype: torch.dtype, kv_cache_dtype: str = "auto") -> int:
+        """Bytes one KV block of block_size tokens takes over all layers in dtype, or as an int8
+        cache with its scales (kv_cache_dtype "int8"); sizes the cache."""
         ...
 
     def allocate_kv_cache(self, num_blocks: int, block_size: int, dtype: torch.dtype,
-                          device: str | torch.device) -> None:
-        """(Re-)allocate the paged cache: num_blocks blocks of block_size tokens on device."""
+                          device: str | torch.device, kv_cache_dtype: str = "auto") -> None:
+        """(Re-)allocate the paged cache: num_blocks blocks of block_size tokens on device, in dtype
+        ("auto") or int8 ("int8", vLLM's kv_cache_dtype)."""
         ...
 
 

@@ -71,3 +71,22 @@ def test_pytest_benchmark_files_run_once_in_quick_mode():
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert " passed" in done.stdout
 
+
+
+def test_int8_kv_cache_cases_read_about_half_the_bytes():
+    """Each decode attention case over a bf16 cache has its twin over an int8 cache (kv_int8=1),
+    which reads one byte per cached value plus fp32 scales per token (paged: per KV head, for K and
+    V; MLA: latent and rope part): per context token 408 instead of 768 bytes at SmolLM2's 3 heads
+    of 64 (0.53x), 8448 instead of 16384 at Llama-2's 32 of 128 (0.52x), 584 instead of 1152 for a
+    DeepSeek latent (0.51x). Whole cases include the queries and outputs too (MLA's 128 heads: 0.56x)."""
+    import torch
+
+    cases = all_cases(torch.bfloat16, quick=False, only=["attention_paged", "mla"])
+    float_cases = {(c.op, tuple(c.shape.items())): c for c in cases if "kv_int8" not in c.shape}
+    pairs = [(c, float_cases[(c.op, tuple((k, v) for k, v in c.shape.items() if k != "kv_int8"))])
+             for c in cases if "kv_int8" in c.shape]
+    assert len(pairs) == len(float_cases) == 9
+    for int8, bf16 in pairs:
+        limit = 0.56 if int8.shape.get("heads") == 128 else 0.535
+        assert int8.bytes_moved <= limit * bf16.bytes_moved, int8.name
+        assert int8.flops == bf16.flops

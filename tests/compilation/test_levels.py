@@ -1,7 +1,7 @@
 """Compilation levels end to end through LLM on a tiny random Llama: greedy tokens equal level 0
 at levels 1, 2 and 3, and levels 2 and 3 compile once over a 64-step generation whose steps change the
 token count, batch size, block-table width and max_seqlen ints (prefill, mixed, decode of 4 down
-to 1 sequences)."""
+to 1 sequences); over an int8 KV cache too (its scale caches are graph inputs beside the caches)."""
 import pytest
 
 from ascendtile.compilation import CompiledModel
@@ -18,9 +18,9 @@ def tiny_dir(tmp_path_factory):
     return tiny.save(tmp_path_factory.mktemp("tiny"))
 
 
-def _generate(tiny_dir, compilation_config, graph="off"):
+def _generate(tiny_dir, compilation_config, graph="off", kv_cache_dtype="auto"):
     llm = LLM(tiny_dir, max_model_len=256, max_num_seqs=4, num_kv_blocks=64, graph=graph,
-              compilation_config=compilation_config)
+              compilation_config=compilation_config, kv_cache_dtype=kv_cache_dtype)
     params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for n in MAX_TOKENS]
     outputs = llm.generate(PROMPTS, params, use_tqdm=False)
     return llm, [o.outputs[0].token_ids for o in outputs]
@@ -41,6 +41,15 @@ def test_levels_2_and_3_compile_once_over_64_steps(tiny_dir, eager_tokens, level
     assert llm.engine.model.backend.num_compiles == 1
     assert len(llm.engine.model.backend.splits) == (level == 3)
     assert tokens == eager_tokens
+
+
+def test_level_3_over_an_int8_kv_cache(tiny_dir):
+    """Level 3 splits at attention with the int8 write joining it (it writes the caches and scale
+    caches the attention reads); greedy tokens equal level 0's over the same int8 cache."""
+    _, eager = _generate(tiny_dir, None, kv_cache_dtype="int8")
+    llm, tokens = _generate(tiny_dir, {"level": 3, "use_inductor": False}, "auto", kv_cache_dtype="int8")
+    assert llm.engine.model.backend.num_compiles == 1 and len(llm.engine.model.backend.splits) == 1
+    assert tokens == eager
 
 
 def test_level_1_runs_dynamo_as_is(tiny_dir, eager_tokens):

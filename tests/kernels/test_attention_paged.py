@@ -7,7 +7,7 @@ import torch
 from ascendtile.kernels import attention_paged
 from guarded import guarded, guards_intact, inner
 from opchecks import kernel_path
-from ops._attention import corrupt_table, make_paged_batch, paged_formula
+from ops._attention import corrupt_table, dequantized, make_paged_batch, paged_formula, quantize_paged
 from tolerances import assert_close
 
 OPS = torch.ops.ascend
@@ -29,7 +29,8 @@ def check(kv_lens, heads, kv_heads, head_size, block_size, dtype=torch.float32, 
     results = []
     for num_splits in splits:
         out = torch.full_like(query, float("nan"))
-        attention_paged.paged_attention(out, query, kc, vc, table, seq_lens, scale, softcap, window, num_splits)
+        attention_paged.paged_attention(out, query, kc, vc, table, seq_lens, scale, softcap, window,
+                                        num_splits=num_splits)
         assert not out.isnan().any(), num_splits
         assert_close(out, expect)
         torch.testing.assert_close(out.double(), formula, rtol=VS_FORMULA[dtype], atol=VS_FORMULA[dtype])
@@ -104,9 +105,30 @@ def test_bad_block_ids_hide_their_keys(softcap, window):
     for num_splits in (1, 4):
         out = torch.full_like(query, float("nan"))
         attention_paged.paged_attention(out, query, inner(kbuf), inner(vbuf), table, seq_lens, 0.25, softcap, window,
-                                        num_splits)
+                                        num_splits=num_splits)
         outs.append(out)
     assert guards_intact(kbuf) and guards_intact(vbuf)
     for out in outs:
         assert not out.isnan().any() and (out[-1] == 0).all()
         torch.testing.assert_close(out.double(), formula, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype,static,softcap,window", [(torch.float32, False, 0.0, 0), (torch.bfloat16, False, 5.0, 40),
+                                                         (torch.float16, True, 0.0, 0)])
+def test_int8_cache(dtype, static, softcap, window):
+    """Over an int8 cache, split-KV off and on (the static V scale applied to each split's partial
+    accumulator): kernel vs reference vs the fp64 formula over the dequantized cache."""
+    kv_lens = [1, 17, 300, 0]
+    query, kc, vc, table, _, seq_lens = make_paged_batch([1] * 4, kv_lens, 8, 2, 64, 16, dtype)
+    kq, vq, ks, vs = quantize_paged(kc, vc, (torch.tensor([0.02, 0.03]), torch.tensor(0.025)) if static else None)
+    expect = torch.empty_like(query)
+    OPS.paged_attention(expect, query, kq, vq, table, seq_lens, 0.125, softcap, window, "int8", ks, vs)
+    formula = paged_formula(query, dequantized(kq, ks), dequantized(vq, vs), table, [1] * 4, kv_lens, 0.125, softcap,
+                            window)
+    for num_splits in (1, 4):
+        out = torch.full_like(query, float("nan"))
+        attention_paged.paged_attention(out, query, kq, vq, table, seq_lens, 0.125, softcap, window, "int8", ks, vs,
+                                        num_splits=num_splits)
+        assert not out.isnan().any() and (out[3] == 0).all(), num_splits
+        assert_close(out, expect)
+        torch.testing.assert_close(out.double(), formula, rtol=VS_FORMULA[dtype], atol=VS_FORMULA[dtype])

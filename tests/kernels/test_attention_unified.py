@@ -7,7 +7,7 @@ import torch
 
 from guarded import guarded, guards_intact, inner
 from opchecks import kernel_path
-from ops._attention import corrupt_table, make_paged_batch, paged_formula
+from ops._attention import corrupt_table, dequantized, make_paged_batch, paged_formula, quantize_paged
 from tolerances import assert_close
 
 OPS = torch.ops.ascend
@@ -131,5 +131,50 @@ def test_bad_block_ids_hide_their_keys(softcap, window):
             OPS.unified_attention(out, query, inner(kbuf), inner(vbuf), table, cu, seqused, 7, 40, 0.25, softcap,
                                   window)
         assert guards_intact(kbuf) and guards_intact(vbuf), path
+        assert not out.isnan().any() and (out[int(cu[-2]):] == 0).all(), path
+        torch.testing.assert_close(out.double(), formula, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype,heads,kv_heads,head_size,block_size,softcap,window,static", [
+    (torch.float32, 8, 2, 64, 16, 0.0, 0, False),
+    (torch.bfloat16, 9, 3, 80, 64, 5.0, 12, False),  # odd head size, a padded GQA group, softcap and window
+    (torch.float16, 4, 4, 32, 32, 0.0, 0, True),  # static per-head scales
+])
+def test_int8_cache(dtype, heads, kv_heads, head_size, block_size, softcap, window, static):
+    """Over an int8 cache: the kernel (int8 tiles, scales applied to the scores and to P) vs the
+    reference (the gathered rows dequantized) and vs the fp64 formula over the dequantized cache;
+    a chunked prefill, decodes crossing blocks, a prefill and an empty sequence, NaN scales in
+    every unused slot."""
+    q_lens, kv_lens = [3, 1, 7, 1], [19, 80, 7, 0]
+    query, kc, vc, table, cu, seqused = make_paged_batch(q_lens, kv_lens, heads, kv_heads, head_size, block_size, dtype)
+    scales = (torch.rand(kv_heads) / 20 + 0.02, torch.tensor(0.03)) if static else None
+    kq, vq, ks, vs = quantize_paged(kc, vc, scales)
+    args = [query, kq, vq, table, cu, seqused, 7, 80, head_size ** -0.5, softcap, window, "int8", ks, vs]
+    out = torch.full_like(query, float("nan"))
+    with kernel_path("triton"):
+        OPS.unified_attention(out, *args)
+    expect = torch.empty_like(query)
+    OPS.unified_attention(expect, *args)
+    assert not out.isnan().any() and (out[int(cu[3]):] == 0).all()
+    assert_close(out, expect)
+    formula = paged_formula(query, dequantized(kq, ks), dequantized(vq, vs), table, q_lens, kv_lens,
+                            head_size ** -0.5, softcap, window)
+    torch.testing.assert_close(out.double(), formula, rtol=VS_FORMULA[dtype], atol=VS_FORMULA[dtype])
+
+
+def test_int8_bad_block_ids_hide_their_keys():
+    # The scale caches sit between NaN guard blocks: a bad id read as a block brings NaN in.
+    q_lens, kv_lens = [3, 1, 7, 2], [19, 33, 7, 40]
+    query, kc, vc, table, cu, seqused = make_paged_batch(q_lens, kv_lens, 4, 2, 32, 16)
+    kq, vq, ks, vs = quantize_paged(kc, vc)
+    table = corrupt_table(table, kv_lens, 16, kc.shape[0])
+    ksbuf, vsbuf = guarded(ks), guarded(vs)
+    formula = paged_formula(query, dequantized(kq, ks), dequantized(vq, vs), table, q_lens, kv_lens, 0.25)
+    for path in ("reference", "triton"):
+        out = torch.full_like(query, float("nan"))
+        with kernel_path(path):
+            OPS.unified_attention(out, query, kq, vq, table, cu, seqused, 7, 40, 0.25, 0.0, 0, "int8", inner(ksbuf),
+                                  inner(vsbuf))
+        assert guards_intact(ksbuf) and guards_intact(vsbuf), path
         assert not out.isnan().any() and (out[int(cu[-2]):] == 0).all(), path
         torch.testing.assert_close(out.double(), formula, rtol=1e-5, atol=1e-5)

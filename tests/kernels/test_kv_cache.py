@@ -206,3 +206,56 @@ def test_mla_out_of_range_slots_skipped():
             MLA(kv_c, k_pe, inner(buf), slots, "auto", ONE)
         assert guards_intact(buf), path
         torch.testing.assert_close(inner(buf), expect, rtol=0, atol=0, equal_nan=True)
+
+
+def _run_both_int8(op, args, mutated):
+    """The int8 write on both paths, bit for bit: int8 values and fp32 scales (NaN where the scale
+    cache was not written, or for a NaN/inf row) alike."""
+    ref_args, tri_args = copy.deepcopy(list(args)), copy.deepcopy(list(args))
+    with kernel_path("reference"):
+        op(*ref_args)
+    with kernel_path("triton"):
+        op(*tri_args)
+    for i in mutated:
+        torch.testing.assert_close(tri_args[i], ref_args[i], rtol=0, atol=0, equal_nan=True)
+    return tri_args
+
+
+def _special(x: torch.Tensor) -> torch.Tensor:
+    """Rows of every kind the quantizer treats apart: zero, NaN, -inf, huge, and a rounding tie."""
+    x = x.clone()
+    x[0, 0] = 0.0
+    x[2, -1, 1] = float("nan")
+    x[3, 0, 2] = float("-inf")
+    x[4, -1] *= 1e30
+    x[5, 0, :3] = torch.tensor([127.0, 0.5, -1.5]).to(x.dtype)  # scale 1: 0.5 and -1.5 are ties
+    return x
+
+
+@pytest.mark.parametrize("heads,head_size,block_size,dtype", [(3, 40, 16, torch.float32), (2, 128, 64, torch.bfloat16)])
+def test_flash_int8_matches_reference(heads, head_size, block_size, dtype):
+    tokens, blocks = 11, 3
+    key = _special(torch.randn(tokens, heads, head_size, dtype=dtype))
+    value = (torch.randn(tokens, heads + 1, head_size, dtype=dtype) * 5)[:, 1:]  # strided heads
+    slots = _slots(tokens, blocks, block_size, torch.int64)
+    old = torch.randint(-127, 128, (blocks, block_size, heads, head_size), dtype=torch.int8)
+    scales = torch.full((blocks, heads, block_size), float("nan"))
+    dynamic = _run_both_int8(FLASH, [key, value, old, old.clone(), slots, "int8", ONE, ONE, scales, scales.clone()],
+                             [2, 3, 8, 9])
+    assert torch.equal(dynamic[2].view(-1, heads, head_size)[slots[1]], old.view(-1, heads, head_size)[slots[1]])
+    assert not dynamic[8].isnan().all()
+    per_head = torch.rand(heads) / 20 + 0.01
+    _run_both_int8(FLASH, [key, value, old, old.clone(), slots, "int8", per_head, torch.tensor(0.03)], [2, 3])
+
+
+def test_mla_int8_matches_reference():
+    tokens, blocks, block_size = 7, 2, 16
+    latent = torch.randn(tokens, 80 + 24 + 8)
+    latent[:, 80:104] *= 30
+    latent[2, 5] = float("inf")
+    latent[4, :80] = 0.0
+    slots = _slots(tokens, blocks, block_size, torch.int32)
+    cache = torch.randint(-127, 128, (blocks, block_size, 104), dtype=torch.int8)
+    scales = torch.full((blocks, 2, block_size), float("nan"))
+    _run_both_int8(MLA, [latent[:, :80], latent[:, 80:104], cache, slots, "int8", ONE, scales], [2, 6])
+    _run_both_int8(MLA, [latent[:, :80], latent[:, 80:104], cache, slots, "int8", torch.tensor(0.05)], [2])

@@ -6,7 +6,7 @@ import torch
 from guarded import guarded, guards_intact, inner
 from opchecks import kernel_path, run_both
 from ops._attention import corrupt_table
-from ops.test_mla import cos_diff, independent_mla, make_batch
+from ops.test_mla import cos_diff, dequantized_latent, independent_mla, make_batch, quantize_latent
 from tolerances import assert_close
 
 import ascendtile.kernels.mla as mla_kernels
@@ -128,3 +128,25 @@ def test_bad_block_ids_hide_their_keys(q_lens, kv_lens):
         assert guards_intact(buf), path
         assert not out.isnan().any() and (out[int(cu[last]):int(cu[last + 1])] == 0).all(), path
         torch.testing.assert_close(out.double(), expect, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("case,lora,rope,heads,dtype,static", [
+    ("long", 128, 32, 16, torch.float32, False),  # split-KV
+    ("mixed", 512, 64, 32, torch.bfloat16, False),
+    ("chunk_beside_decodes", 128, 32, 20, torch.float16, True),  # padded head tile, static scale
+])
+def test_int8_cache(case, lora, rope, heads, dtype, static):
+    """Over an int8 latent cache: kernel vs reference, and vs the fp64 formula over the dequantized
+    cache (NaN scales in every unused slot)."""
+    q_lens, kv_lens = CASES[case]
+    query, cache, table, cu, seqused = make_batch(q_lens, kv_lens, heads, lora, rope, 16, dtype)
+    quantized, kv_scale = quantize_latent(cache, lora, torch.tensor(0.03) if static else None)
+    scale = (lora + rope) ** -0.5
+    out = torch.empty(query.shape[0], heads, lora, dtype=dtype)
+    args = [out, query, quantized, table, cu, seqused, max(q_lens), max(kv_lens), lora, scale, "int8", kv_scale]
+    run_both(OPS.mla_attention, args, mutated=[0])
+    with kernel_path("triton"):
+        OPS.mla_attention(*args)
+    assert not out.isnan().any()
+    expect = independent_mla(query, dequantized_latent(quantized, kv_scale, lora), table, cu, seqused, lora, scale)
+    assert cos_diff(out, expect) < (1e-5 if dtype == torch.float32 else 1e-4)

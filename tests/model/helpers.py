@@ -11,15 +11,17 @@ class PagedDriver:
     """Gives every sequence its own blocks (in a shuffled order, so block tables are not the
     identity) and builds AttentionMetadata for a step of (sequence, new tokens) pairs."""
 
-    def __init__(self, model, num_seqs: int, block_size: int = 16, blocks_per_seq: int = 4, dtype=torch.float32):
+    def __init__(self, model, num_seqs: int, block_size: int = 16, blocks_per_seq: int = 4, dtype=torch.float32,
+                 kv_cache_dtype: str = "auto"):
         self.model, self.block_size = model, block_size
         self.num_blocks = num_blocks = num_seqs * blocks_per_seq + 1
         order = torch.randperm(num_blocks - 1, generator=torch.Generator().manual_seed(1)) + 1
         self.tables = order.view(num_seqs, blocks_per_seq).to(torch.int32)
-        model.allocate_kv_cache(num_blocks, block_size, dtype, "cpu")
-        for attn in model.attention_layers():  # block 0 is never used: poison it
-            for cache in (getattr(attn, n, None) for n in ("key_cache", "value_cache", "kv_cache")):
-                if cache is not None:
+        model.allocate_kv_cache(num_blocks, block_size, dtype, "cpu", kv_cache_dtype)
+        names = ("key_cache", "value_cache", "kv_cache", "k_scale_cache", "v_scale_cache", "kv_scale_cache")
+        for attn in model.attention_layers():  # block 0 is never used: poison it (an int8 cache: its scales)
+            for cache in (getattr(attn, n, None) for n in names):
+                if cache is not None and cache.is_floating_point():
                     cache[0].fill_(float("nan"))
         self.seen = [0] * num_seqs
 

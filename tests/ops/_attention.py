@@ -94,3 +94,35 @@ def corrupt_table(table, kv_lens, block_size, num_blocks):
         for j in cols:
             bad[b, j] = kinds[(i + j) % len(kinds)]
     return bad
+
+
+def quantize_paged(key_cache, value_cache, static=None):
+    """The int8 caches holding make_paged_batch's float caches, written by reshape_and_cache_flash
+    with kv_cache_dtype "int8": (key int8, value int8, k_scale, v_scale). Dynamic (default): the
+    scale caches [num_blocks, KVH, block_size], NaN in every unused slot; static=(k_scale, v_scale):
+    those. Unused int8 slots hold random values (no NaN in int8)."""
+    import ascendtile.ops as ak
+
+    num_blocks, block_size, kv_heads, dim = key_cache.shape
+    rows_k, rows_v = key_cache.reshape(-1, kv_heads, dim), value_cache.reshape(-1, kv_heads, dim)
+    used = ~rows_k.isnan().flatten(1).all(1)  # unused slots are all NaN (a used row may hold one)
+    kq = torch.randint(-127, 128, key_cache.shape, dtype=torch.int8)
+    vq = torch.randint(-127, 128, key_cache.shape, dtype=torch.int8)
+    if static is None:
+        k_scale, v_scale = (torch.full((num_blocks, kv_heads, block_size), float("nan")) for _ in range(2))
+        ak.reshape_and_cache_flash(rows_k[used], rows_v[used], kq, vq, torch.arange(num_blocks * block_size)[used],
+                                   "int8", None, None, k_scale, v_scale)
+    else:
+        k_scale, v_scale = static
+        ak.reshape_and_cache_flash(rows_k[used], rows_v[used], kq, vq, torch.arange(num_blocks * block_size)[used],
+                                   "int8", k_scale, v_scale)
+    return kq, vq, k_scale, v_scale
+
+
+def dequantized(cache, scale):
+    """fp64 values of a whole int8 cache [num_blocks, block_size, KVH, D]: a scale cache
+    [num_blocks, KVH, block_size] or a static scale (one element or [KVH]) applied per row; the
+    independent side of the int8 tests (the ops dequantize only the rows they gather)."""
+    if scale.dim() == 3:
+        return cache.double() * scale.double().transpose(1, 2)[..., None]
+    return cache.double() * scale.double().reshape(-1)[:, None]

@@ -1,5 +1,6 @@
 """paged_attention, the op contract: the reference vs an independent per-sequence fp64 formula,
-opcheck and torch.compile on both kernel paths, the functional wrapper and bad inputs.
+opcheck and torch.compile on both kernel paths, the functional wrapper and bad inputs; over an
+int8 cache too (the error against the float cache: tests/ops/test_attention_unified.py).
 (Triton kernel vs reference numerics: tests/kernels/test_attention_paged.py.)"""
 import pytest
 import torch
@@ -7,8 +8,8 @@ import torch
 import ascendtile.ops as ak
 from ascendtile.ops._registry import unchecked
 from ascendtile.ops.reference._decode_plan import MIN_SAVED_ROWS, decode_plan, split_by_length
-from opchecks import compiles, op_contract_tests, raises_naming
-from ops._attention import corrupt_table, make_paged_batch, paged_formula
+from opchecks import compiles, kernel_path, op_contract_tests, raises_naming
+from ops._attention import corrupt_table, dequantized, make_paged_batch, paged_formula, quantize_paged
 
 OPS = torch.ops.ascend
 
@@ -28,7 +29,13 @@ def _args():
     return [torch.empty_like(query), query, kc, vc, table, seqused, 0.25, 10.0, 6]
 
 
-test_opcheck, test_compile = op_contract_tests({"paged_attention": _args})
+def _int8_args():
+    out, query, kc, vc, table, seqused, *rest = _args()
+    kq, vq, ks, vs = quantize_paged(kc, vc)
+    return [out, query, kq, vq, table, seqused, *rest, "int8", ks, vs]
+
+
+test_opcheck, test_compile = op_contract_tests({"paged_attention": _args, "paged_attention:int8": _int8_args})
 
 
 def test_wrapper_compiles():
@@ -138,3 +145,55 @@ def test_grouped_lengths_match_independent(softcap, window):
     expect = paged_formula(query, kc, vc, table, [1] * 9, kv_lens, 0.15, softcap, window)
     torch.testing.assert_close(got.double(), expect, rtol=1e-5, atol=1e-5)
     assert (got[2] == 0).all()
+
+
+@pytest.mark.parametrize("softcap,window", [(0.0, 0), (20.0, 5)])
+def test_int8_reference_matches_independent(softcap, window):
+    """Over the int8 cache: the fp64 formula over the dequantized cache, through the step's shared
+    gather plan (several length groups) and through the general path (a bad block id hides its
+    keys; the plan is not built)."""
+    kv_lens = [1, 17, 300, 0, 33, 280]
+    query, kc, vc, table, _, seqused = make_paged_batch([1] * 6, kv_lens, 8, 2, 64, 16)
+    kq, vq, ks, vs = quantize_paged(kc, vc)
+    kd, vd = dequantized(kq, ks), dequantized(vq, vs)
+    assert len(decode_plan(table, seqused, kc.shape[0], kc.shape[1]).groups) > 1
+    for t in (table, corrupt_table(table, kv_lens, 16, kc.shape[0])):
+        got = torch.empty_like(query)
+        unchecked("paged_attention")(got, query, kq, vq, t, seqused, 0.125, softcap, window, "int8", ks, vs)
+        expect = paged_formula(query, kd, vd, t, [1] * 6, kv_lens, 0.125, softcap, window)
+        torch.testing.assert_close(got.double(), expect, rtol=1e-5, atol=1e-5)
+        assert (got[3] == 0).all()
+
+
+@pytest.mark.parametrize("path", ["reference", "triton"])
+def test_int8_non_finite_row_reads_as_in_the_float_cache(path):
+    """A key row written with a NaN (or inf) gets scale NaN and dequantizes to NaN: each output is
+    finite exactly where the same attention over the float cache holding that row is, and close to
+    it there; the queries that do not read the row (another KV head, another sequence, outside the
+    window) are untouched by it."""
+    kv_lens = [20, 20, 9]
+    query, kc, vc, table, _, seqused = make_paged_batch([1] * 3, kv_lens, 4, 2, 32, 16)
+    for b, j, head, bad in ((0, 3, 1, float("nan")), (1, 2, 0, float("inf"))):
+        kc[int(table[b, j // 16]), j % 16, head, 0] = bad
+    kq, vq, ks, vs = quantize_paged(kc, vc)
+    assert ks.isnan().sum() - vs.isnan().sum() == 2  # the two rows' scales, beside the unused slots'
+    for window in (0, 8):  # keys 3 and 2 are outside the last 8
+        with kernel_path(path):
+            ref = ak.paged_attention(query, kc, vc, table, seqused, 0.2, 0.0, window)
+            got = ak.paged_attention(query, kq, vq, table, seqused, 0.2, 0.0, window, "int8", ks, vs)
+        assert torch.equal(got.isfinite(), ref.isfinite())
+        ok = ref.isfinite()
+        assert ok[0, :2].all() and ok[1, 2:].all() and ok[2].all() and (ok.all() if window else True)
+        torch.testing.assert_close(got[ok], ref[ok], rtol=0, atol=0.05)
+
+
+def test_bad_inputs_int8():
+    out, query, kq, vq, table, seqused, scale, cap, win, _, ks, vs = _int8_args()
+    op = OPS.paged_attention
+    raises_naming(TypeError, "key_cache", op, out, query, kq.float(), vq.float(), table, seqused, scale, cap, win,
+                  "int8", ks, vs)
+    raises_naming(TypeError, "k_scale", op, out, query, kq, vq, table, seqused, scale, cap, win, "int8", None, vs)
+    raises_naming(ValueError, "v_scale", op, out, query, kq, vq, table, seqused, scale, cap, win, "int8", ks,
+                  vs[:1])
+    raises_naming(ValueError, "kv_cache_dtype", op, out, query, kq, vq, table, seqused, scale, cap, win, "fp8_e5m2",
+                  ks, vs)

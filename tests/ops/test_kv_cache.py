@@ -1,6 +1,7 @@
 """reshape_and_cache_flash / concat_and_cache_mla, the op contract: reference vs an independent
-per-token loop, opcheck and torch.compile on both kernel paths, functional wrappers and bad inputs.
-(Triton kernel vs reference numerics: tests/kernels/test_kv_cache.py.)"""
+per-token loop, opcheck and torch.compile on both kernel paths, functional wrappers and bad inputs;
+the int8 cache (kv_cache_dtype "int8", ops/_kv_quant.py) against its defining properties, row by
+row in fp64. (Triton kernel vs reference numerics: tests/kernels/test_kv_cache.py.)"""
 import pytest
 import torch
 
@@ -71,8 +72,21 @@ def _mla_args():
     return [torch.randn(5, 64), torch.randn(5, 32), torch.zeros(3, 16, 96), torch.tensor([3, -1, 40, 0, 17], dtype=torch.int32), "auto", ONE]
 
 
+def _flash_int8_args():
+    key, value, kc, _, slots, _, s, _ = _flash_args()
+    cache = torch.zeros(kc.shape, dtype=torch.int8)
+    return [key, value, cache, cache.clone(), slots, "int8", s, s, torch.zeros(3, 2, 16), torch.zeros(3, 2, 16)]
+
+
+def _mla_int8_args():
+    kv_c, k_pe, cache, slots, _, s = _mla_args()
+    return [kv_c, k_pe, torch.zeros(cache.shape, dtype=torch.int8), slots, "int8", s, torch.zeros(3, 2, 16)]
+
+
 test_opcheck, test_compile = op_contract_tests({"reshape_and_cache_flash": _flash_args,
-                                                "concat_and_cache_mla": _mla_args})
+                                                "concat_and_cache_mla": _mla_args,
+                                                "reshape_and_cache_flash:int8": _flash_int8_args,
+                                                "concat_and_cache_mla:int8": _mla_int8_args})
 
 
 def test_wrappers_compile():
@@ -128,7 +142,7 @@ def test_bad_inputs_mla():
     raises_naming(ValueError, "k_pe", op, kv_c, k_pe[:4], cache, slots, "auto", s)
     raises_naming(ValueError, "k_pe", op, kv_c, torch.randn(5, 2, 16), cache, slots, "auto", s)
     raises_naming(ValueError, "kv_c", op, torch.randn(64, 5).t(), k_pe, cache, slots, "auto", s)
-    raises_naming(ValueError, "kv_cache_dtype", op, kv_c, k_pe, cache, slots, "int8", s)
+    raises_naming(ValueError, "kv_cache_dtype", op, kv_c, k_pe, cache, slots, "fp8", s)
     raises_naming(ValueError, "slot_mapping", op, kv_c, k_pe, cache, slots.view(5, 1), "auto", s)
     raises_naming(ValueError, "kv_cache", op, kv_c, k_pe, cache.to("meta"), slots, "auto", s)
 
@@ -163,3 +177,128 @@ def test_check_indices_switch(path, monkeypatch):
     compiles(lambda c, sl: OPS.concat_and_cache_mla(kv_c, k_pe, c, sl, "auto", s) or c, cache, mla_slots)
     monkeypatch.setenv("ASCENDTILE_CHECK_INDICES", "0")  # off: skipped, not raised
     OPS.reshape_and_cache_flash(key, value, kc, vc, flash_slots, "auto", s, s)
+
+
+def _check_dynamic_rows(x, q, scale):
+    """Each row of x [N, D] against its int8 row q and scale, in fp64: scale = max|x| / 127 (to
+    fp32 rounding), |q| <= 127 with 127 reached, |q·scale - x| <= scale / 2 (round to nearest);
+    a zero row: scale 0, q 0; a row with NaN/inf: scale NaN, q 0."""
+    x, qd, sd = x.double(), q.double(), scale.double()
+    finite = x.isfinite().all(-1)
+    assert sd[~finite].isnan().all() and (q[~finite] == 0).all()
+    x, qd, sd = x[finite], qd[finite], sd[finite]
+    amax = x.abs().amax(-1)
+    torch.testing.assert_close(sd, amax / 127, rtol=2e-7, atol=0)
+    assert (qd.abs() <= 127).all() and (qd.abs().amax(-1)[amax > 0] == 127).all()
+    assert (qd[amax == 0] == 0).all() and (sd[amax == 0] == 0).all()
+    assert ((qd * sd[:, None] - x).abs() <= sd[:, None] * (0.5 + 1e-5)).all()
+
+
+def _special_rows(x):
+    """x [T, H, D] with a zero row, a NaN, an inf and a huge-valued row."""
+    x[1, 0] = 0.0
+    x[2, -1, 3] = float("nan")
+    x[4, 0, 0] = float("-inf")
+    x[5, -1] *= 1e30
+    return x
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_int8_dynamic_flash_rows(dtype):
+    """The dynamic int8 write, token by token: each (token, head) row's int8 values and its scale in
+    the scale cache [num_blocks, KVH, block_size] at the slot; every slot not written keeps its NaN
+    scale and its old int8 values; padding (-1) and slots past the cache are skipped."""
+    tokens, blocks, bs, heads, dim = 13, 5, 16, 3, 40  # odd head count and head size
+    key = _special_rows(torch.randn(tokens, heads, dim).to(dtype))
+    value = torch.randn(tokens, heads, dim).to(dtype) * 3
+    slots = _slots(tokens, blocks, bs)
+    slots[6] = blocks * bs  # past the end: skipped
+    old = torch.randint(-127, 128, (blocks, bs, heads, dim), dtype=torch.int8)
+    kc, vc = old.clone(), old.clone()
+    ks, vs = torch.full((blocks, heads, bs), float("nan")), torch.full((blocks, heads, bs), float("nan"))
+    ak.reshape_and_cache_flash(key, value, kc, vc, slots, "int8", None, None, ks, vs)
+    written = torch.zeros(blocks * bs, dtype=torch.bool)
+    for t, slot in enumerate(slots.tolist()):
+        if 0 <= slot < blocks * bs:
+            written[slot] = True
+            b, o = divmod(slot, bs)
+            _check_dynamic_rows(key[t], kc[b, o], ks[b, :, o])
+            _check_dynamic_rows(value[t], vc[b, o], vs[b, :, o])
+    flat_old = old.reshape(blocks * bs, -1)
+    for cache, scale in ((kc, ks), (vc, vs)):
+        assert torch.equal(cache.reshape(blocks * bs, -1)[~written], flat_old[~written])
+        assert scale.transpose(1, 2).reshape(blocks * bs, heads)[~written].isnan().all()
+
+
+def test_int8_static_flash_and_mla():
+    """Static scales: x / scale rounded half to even and saturated to ±127, NaN stored as 0; per KV
+    head [KVH] or one for all; MLA's one scale over both parts."""
+    tokens, blocks, bs, heads, dim = 6, 2, 16, 2, 24
+    key = _special_rows(torch.randn(tokens, heads, dim))
+    key[0, 0, :4] = torch.tensor([0.25, 0.75, -0.25, 1.25])  # ties at scale 0.5: 0.5, 1.5, -0.5, 2.5 -> 0, 2, 0, 2
+    slots = torch.tensor([0, 17, -1, 5, 30, 9])
+    kc, vc = torch.zeros(blocks, bs, heads, dim, dtype=torch.int8), torch.zeros(blocks, bs, heads, dim, dtype=torch.int8)
+    k_scale, v_scale = torch.tensor([0.5, 0.01]), torch.tensor(0.02)
+    ak.reshape_and_cache_flash(key, 2 * key, kc, vc, slots, "int8", k_scale, v_scale)
+    assert kc[0, 0, 0, :4].tolist() == [0, 2, 0, 2]
+    for t, slot in enumerate(slots.tolist()):
+        if slot < 0:
+            continue
+        for cache, x, scale in ((kc, key[t], k_scale[:, None]), (vc, 2 * key[t], v_scale)):
+            expect = torch.round(x.double() / scale).nan_to_num(0.0).clamp(-127, 127)
+            assert torch.equal(cache[slot // bs, slot % bs].double(), expect), t
+    kv_c, k_pe = torch.randn(4, 48) * 3, torch.randn(4, 16)
+    kv_c[1, 0] = float("nan")
+    cache = torch.zeros(2, 16, 64, dtype=torch.int8)
+    ak.concat_and_cache_mla(kv_c, k_pe, cache, torch.tensor([3, 20, -1, 0]), "int8", torch.tensor(0.02))
+    for t, slot in ((0, 3), (1, 20), (3, 0)):
+        row = torch.cat((kv_c[t], k_pe[t])).double()
+        assert torch.equal(cache[slot // 16, slot % 16].double(), torch.round(row / 0.02).nan_to_num(0.0).clamp(-127, 127))
+
+
+def test_int8_dynamic_mla_rows():
+    """The latent and the rope part of each token get their own scale: scale cache rows 0 and 1."""
+    tokens, blocks, bs, rank, rope = 9, 3, 16, 80, 24
+    latent = torch.randn(tokens, rank + rope + 8)
+    latent[:, rank:rank + rope] *= 40  # rope values far larger than the latent's
+    latent[3, :rank] = 0.0
+    latent[5, rank + 2] = float("nan")
+    kv_c, k_pe = latent[:, :rank], latent[:, rank:rank + rope]  # strided rows
+    cache = torch.zeros(blocks, bs, rank + rope, dtype=torch.int8)
+    scales = torch.full((blocks, 2, bs), float("nan"))
+    slots = _slots(tokens, blocks, bs)
+    ak.concat_and_cache_mla(kv_c, k_pe, cache, slots, "int8", None, scales)
+    for t, slot in enumerate(slots.tolist()):
+        if slot >= 0:
+            b, o = divmod(slot, bs)
+            _check_dynamic_rows(kv_c[t:t + 1], cache[b, o:o + 1, :rank], scales[b, 0, o:o + 1])
+            _check_dynamic_rows(k_pe[t:t + 1], cache[b, o:o + 1, rank:], scales[b, 1, o:o + 1])
+    written = torch.zeros(blocks * bs, dtype=torch.bool)
+    written[slots[slots >= 0]] = True
+    assert scales.transpose(1, 2).reshape(-1, 2)[~written].isnan().all()  # unwritten slots keep their NaN
+
+
+def test_bad_inputs_int8():
+    key, value, kc, vc, slots, _, s, _ = _flash_args()
+    qc, qv = torch.zeros(kc.shape, dtype=torch.int8), torch.zeros(kc.shape, dtype=torch.int8)
+    sc = torch.zeros(3, 2, 16)
+    op = OPS.reshape_and_cache_flash
+    raises_naming(TypeError, "key_cache", op, key, value, kc, vc, slots, "int8", s, s)  # float caches
+    raises_naming(TypeError, "key_cache", op, key, value, qc, qv, slots, "auto", s, s)  # int8 caches, "auto"
+    raises_naming(TypeError, "value_cache", op, key, value, qc, vc, slots, "int8", s, s)
+    raises_naming(ValueError, "kv_cache_dtype", op, key, value, qc, qv, slots, "fp8_e4m3", s, s)
+    raises_naming(ValueError, "k_scale_cache", op, key, value, kc, vc, slots, "auto", s, s, sc, sc)
+    raises_naming(ValueError, "v_scale_cache", op, key, value, qc, qv, slots, "int8", s, s, sc, None)
+    raises_naming(ValueError, "k_scale_cache", op, key, value, qc, qv, slots, "int8", s, s, torch.zeros(3, 16, 2), sc)
+    raises_naming(ValueError, "v_scale_cache", op, key, value, qc, qv, slots, "int8", s, s, sc,
+                  torch.zeros(3, 16, 2).transpose(1, 2))  # the right shape, not contiguous
+    raises_naming(TypeError, "k_scale_cache", op, key, value, qc, qv, slots, "int8", s, s, sc.half(), sc)
+    raises_naming(ValueError, "k_scale", op, key, value, qc, qv, slots, "int8", torch.ones(3), s)  # 2 KV heads
+    raises_naming(ValueError, "k_scale_cache", op, key, value, qc, qv, slots, "int8", s, s, sc.to("meta"), sc)
+    kv_c, k_pe, cache, mla_slots, _, _ = _mla_args()
+    mla = OPS.concat_and_cache_mla
+    qm = torch.zeros(cache.shape, dtype=torch.int8)
+    raises_naming(TypeError, "kv_cache", mla, kv_c, k_pe, cache, mla_slots, "int8", s, sc)
+    raises_naming(ValueError, "scale_cache", mla, kv_c, k_pe, qm, mla_slots, "int8", s, torch.zeros(3, 16, 2))
+    raises_naming(ValueError, "scale_cache", mla, kv_c, k_pe, cache, mla_slots, "auto", s, sc)
+    raises_naming(ValueError, "scale", mla, kv_c, k_pe, qm, mla_slots, "int8", torch.ones(2))

@@ -1,11 +1,13 @@
 """mla_attention, the op contract: reference vs an independent per-sequence fp64 formula,
 FlashMLA-style cosine check, opcheck and torch.compile on both kernel paths, the functional
-wrapper and bad inputs. (Triton kernel vs reference numerics: tests/kernels/test_mla.py.)"""
+wrapper and bad inputs; over an int8 latent cache the same formula over the dequantized cache,
+and the error against the float cache on both paths. (Triton kernel vs reference numerics:
+tests/kernels/test_mla.py.)"""
 import pytest
 import torch
 
 import ascendtile.ops as ak
-from opchecks import compiles, op_contract_tests, raises_naming
+from opchecks import compiles, kernel_path, op_contract_tests, raises_naming
 
 OPS = torch.ops.ascend
 
@@ -93,7 +95,39 @@ def _args():
     return [torch.empty(4, 16, 64), query, cache, table, cu, seqused, 3, 33, 64, 0.125]
 
 
-test_opcheck, test_compile = op_contract_tests({"mla_attention": _args})
+def quantize_latent(cache, lora, static=None):
+    """The int8 latent cache holding make_batch's float cache, written by concat_and_cache_mla with
+    kv_cache_dtype "int8": (cache, kv_scale), kv_scale the scale cache [num_blocks, 2, block_size]
+    (NaN in unused slots) or the static scale given."""
+    num_blocks, block_size, width = cache.shape
+    rows = cache.reshape(-1, width)
+    used = ~rows.isnan().all(-1)
+    quantized = torch.randint(-127, 128, cache.shape, dtype=torch.int8)
+    scale = torch.full((num_blocks, 2, block_size), float("nan")) if static is None else static
+    slots = torch.arange(num_blocks * block_size)[used]
+    if static is None:
+        ak.concat_and_cache_mla(rows[used, :lora], rows[used, lora:], quantized, slots, "int8", None, scale)
+    else:
+        ak.concat_and_cache_mla(rows[used, :lora], rows[used, lora:], quantized, slots, "int8", scale)
+    return quantized, scale
+
+
+def dequantized_latent(cache, scale, lora):
+    """fp64 values of a whole int8 latent cache (each part times its scale)."""
+    if scale.dim() != 3:
+        return cache.double() * scale.double()
+    s = scale.double().transpose(1, 2)  # [num_blocks, block_size, 2]
+    return torch.cat((cache[..., :lora].double() * s[..., :1], cache[..., lora:].double() * s[..., 1:]), -1)
+
+
+def _int8_args():
+    out, query, cache, table, cu, seqused, mq, mk, lora, scale = _args()
+    quantized, kv_scale = quantize_latent(cache, lora)
+    # opcheck compares reruns with NaN != NaN: no NaN in the unused slots' scales
+    return [out, query, quantized, table, cu, seqused, mq, mk, lora, scale, "int8", kv_scale.nan_to_num()]
+
+
+test_opcheck, test_compile = op_contract_tests({"mla_attention": _args, "mla_attention:int8": _int8_args})
 
 
 def test_wrapper_compiles():
@@ -159,3 +193,53 @@ def test_check_indices_switch(path, monkeypatch):
     with pytest.raises(ValueError, match=rf"^block_table: entry \[0, 0\] is {cache.shape[0]}, outside"):
         OPS.mla_attention(out, query, cache, wrong, cu, seqused, mq, mk, lora, scale)
     OPS.mla_attention(out, query, cache, table, cu, seqused, mq, mk, lora, scale)
+
+
+@pytest.mark.parametrize("q_lens,kv_lens", CASES[1:3] + CASES[4:])
+@pytest.mark.parametrize("static", [False, True])
+def test_int8_reference_matches_independent(q_lens, kv_lens, static):
+    """Over the int8 latent cache: the fp64 formula over the dequantized cache (per-token latent and
+    rope scales, or one static scale), NaN scales in unused slots, -1 table padding."""
+    lora, rope = 128, 32
+    query, cache, table, cu, seqused = make_batch(q_lens, kv_lens, 16, lora, rope, 16)
+    cache[..., lora:] *= 20  # a rope part on another scale than the latent
+    quantized, kv_scale = quantize_latent(cache, lora, torch.tensor(0.4) if static else None)
+    got = ak.mla_attention(query, quantized, table, cu, seqused, max(q_lens), max(kv_lens), lora, 0.05, "int8",
+                           kv_scale)
+    expect = independent_mla(query, dequantized_latent(quantized, kv_scale, lora), table, cu, seqused, lora, 0.05)
+    assert not got.isnan().any()
+    torch.testing.assert_close(got.double(), expect, rtol=1e-5, atol=1e-5)
+
+
+# mla_attention over the int8 latent cache vs over the float cache: max |Δ| for unit-variance queries
+# and latents at scale (L+R)^-0.5 (measured on both paths, L = 64 and 512, contexts to 300: <= 0.016).
+MLA_INT8_VS_FLOAT = 0.05
+
+
+@pytest.mark.parametrize("path", ["reference", "triton"])
+def test_int8_error_vs_float_cache(path):
+    lora, rope = 128, 32
+    q_lens, kv_lens = [1, 5, 1], [300, 40, 17]
+    query, cache, table, cu, seqused = make_batch(q_lens, kv_lens, 16, lora, rope, 16)
+    quantized, kv_scale = quantize_latent(cache, lora)
+    scale = (lora + rope) ** -0.5
+    with kernel_path(path):
+        ref = ak.mla_attention(query, cache, table, cu, seqused, 5, 300, lora, scale)
+        got = ak.mla_attention(query, quantized, table, cu, seqused, 5, 300, lora, scale, "int8", kv_scale)
+    err = (got - ref).abs().max().item()
+    assert 0 < err <= MLA_INT8_VS_FLOAT, err
+
+
+def test_bad_inputs_int8():
+    args = _int8_args()
+    op = OPS.mla_attention
+    cache, kv_scale = args[2], args[11]
+    float_cache = _args()[2]
+    raises_naming(TypeError, "kv_cache", op, *args[:2], float_cache, *args[3:])
+    raises_naming(TypeError, "kv_cache", op, *args[:10], "auto", None)
+    raises_naming(ValueError, "kv_scale", op, *args[:2], float_cache, *args[3:10], "auto", kv_scale)
+    raises_naming(TypeError, "kv_scale", op, *args[:11], None)
+    raises_naming(ValueError, "kv_scale", op, *args[:11], kv_scale.transpose(1, 2).contiguous())  # [nb, bs, 2]
+    raises_naming(ValueError, "kv_scale", op, *args[:11], torch.ones(2))  # static: one element
+    raises_naming(ValueError, "kv_cache_dtype", op, *args[:10], "fp8", kv_scale)
+    assert cache.dtype == torch.int8

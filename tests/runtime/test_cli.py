@@ -51,6 +51,15 @@ def test_quantize_w4a16_flag_leaves_the_dtype_to_llm(stub_llm):
         cli.main(["generate", "--prompt", "a", "--quantize", "int4"])
 
 
+def test_kv_cache_dtype_flag_reaches_llm(stub_llm, capsys):
+    assert cli.main(["generate", "--prompt", "a", "--max-tokens", "2", "--kv-cache-dtype", "int8"]) == 0
+    assert stub_llm["kv_cache_dtype"] == "int8"
+    assert cli.build_parser().parse_args(["demo"]).kv_cache_dtype == "auto"
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["generate", "--prompt", "a", "--kv-cache-dtype", "fp8"])
+    assert "--kv-cache-dtype" in capsys.readouterr().err
+
+
 def test_tensor_parallel_size_reaches_llm(stub_llm):
     """The flag is parsed on generate and demo and handed to LLM (N > 1 itself runs in
     tests/runtime/test_tensor_parallel_llm.py)."""

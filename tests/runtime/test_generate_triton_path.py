@@ -1,8 +1,10 @@
 """LLM.generate with every op on the Triton path (kernels under the interpreter) on a tiny
 2-layer random Llama: decode batches at their own size (CPU captures nothing, so nothing is
 padded) and, as on NPU, padded to graph buckets through an uncaptured GraphRunner; 16-token
-prefill chunks and preemption by recompute (a 5-block cache); then static and dynamic W8A8 with a > 64-token prefill (w8a8_linear past its one-tile fused path). Greedy tokens
-must equal the reference path's. Tiny because the interpreter runs every program in Python."""
+prefill chunks and preemption by recompute (a 5-block cache); then static and dynamic W8A8 with a > 64-token prefill (w8a8_linear past its one-tile fused path); then the int8 KV cache
+(kv_cache_dtype="int8") on the tiny Llama (chunks, preemption) and on a tiny DeepSeek-V2 (MLA).
+Greedy tokens must equal the reference path's. Tiny because the interpreter runs every program in
+Python."""
 from __future__ import annotations
 
 import copy
@@ -10,7 +12,7 @@ import copy
 import pytest
 from transformers import LlamaConfig
 
-from ascendtile.model import LoadedModel, load_model, quantize_w8a8
+from ascendtile.model import LoadedModel, build_model, load_model, parse_config, quantize_w8a8
 from ascendtile.runtime import LLM, SamplingParams
 from ascendtile.runtime.graph_runner import GraphRunner
 from model.helpers import PagedDriver, save_tiny
@@ -87,3 +89,40 @@ def test_w8a8_generate_on_triton_path_past_64_tokens(tiny_dir, monkeypatch, acti
     _, expected, _ = run(reference, monkeypatch, "reference", prompts, params, **config)
     assert got == expected
 
+
+
+def tiny_deepseek() -> LoadedModel:
+    """A random 2-layer DeepSeek-V2 (MLA latent 32 + rope 16: the interpreter's dots need 16; one dense
+    and one MoE layer)."""
+    import torch
+
+    config = parse_config({"architectures": ["DeepseekV2ForCausalLM"], "vocab_size": 128, "hidden_size": 64,
+                           "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
+                           "num_key_value_heads": 4, "max_position_embeddings": 128, "eos_token_id": 3,
+                           "kv_lora_rank": 32, "q_lora_rank": None, "qk_rope_head_dim": 16, "qk_nope_head_dim": 16,
+                           "v_head_dim": 16, "moe_intermediate_size": 32, "n_routed_experts": 4,
+                           "n_shared_experts": 1, "num_experts_per_tok": 2, "first_k_dense_replace": 1,
+                           "n_group": 1, "topk_group": 1})
+    model = build_model(config, torch.float32, "cpu")
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.copy_(torch.randn(param.shape, generator=gen) * 0.1)
+    model.post_load()
+    return LoadedModel(model.eval(), None, config)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["llama", "deepseek_v2"])
+def test_int8_kv_cache_generate_on_triton_path(tiny_dir, monkeypatch, arch):
+    """The int8 cache written and read by the kernels (reshape_and_cache_flash / concat_and_cache_mla,
+    unified / paged decode / MLA attention) gives the reference path's greedy tokens; the Llama run
+    with 16-token chunks and preemption, as above."""
+    def model():  # a fresh one per run (run hooks the model it is given)
+        return tiny_dir if arch == "llama" else tiny_deepseek()
+
+    config = {**SMALL, "kv_cache_dtype": "int8"}
+    llm, got, calls = run(model(), monkeypatch, "triton", PROMPTS, GREEDY, **config)
+    assert llm.last_stats.num_preemptions > 0
+    _, expected, ref_calls = run(model(), monkeypatch, "reference", PROMPTS, GREEDY, **config)
+    assert got == expected and calls == ref_calls

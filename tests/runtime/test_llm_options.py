@@ -2,13 +2,18 @@
 sizes the cache in bytes; quantization="w8a8" runs the int8-weight model, token for token what
 the paged-cache driver gets from load_model(..., quantization="w8a8"); quantization="w4a16"
 likewise, in bf16 unless a dtype is given."""
+
+
+the paged-cache driver gets from load_model(..., quantization="w8a8"); kv_cache_dtype="int8" runs
+on int8 caches with scale caches, token for token what the driver gets over an int8 cache, and
+fits ≥ 1.8x the blocks of a bf16 cache in the same kv_cache_memory (head size 64, MLA latent 80)."""
 from __future__ import annotations
 
 import pytest
 import torch
 from transformers import LlamaConfig
 
-from ascendtile.model import load_model
+from ascendtile.model import LoadedModel, build_model, load_model, parse_config
 from ascendtile.runtime import LLM, SamplingParams
 from model.helpers import PagedDriver, save_tiny
 
@@ -72,3 +77,40 @@ def test_quantization_w4a16(tiny, dtype):
     out = llm.generate(PROMPT, SamplingParams(temperature=0, max_tokens=6, ignore_eos=True), use_tqdm=False)[0]
     model = load_model(tiny, dtype=dtype, quantization="w4a16").model
     assert out.outputs[0].token_ids == _driver_greedy(model, 6, want_dtype)
+
+
+def test_kv_cache_dtype_int8(tiny):
+    llm = LLM(tiny, max_model_len=256, max_num_seqs=2, num_kv_blocks=16, kv_cache_dtype="int8")
+    attn = llm.model.model.layers[1].self_attn
+    assert attn.key_cache.dtype == attn.value_cache.dtype == torch.int8 and attn.key_cache.shape == (16, 16, 2, 16)
+    assert attn.k_scale_cache.shape == attn.v_scale_cache.shape == (16, 2, 16)
+    out = llm.generate(PROMPT, SamplingParams(temperature=0, max_tokens=6, ignore_eos=True), use_tqdm=False)[0]
+    assert attn.k_scale_cache.any()  # written beside the cache
+    driver, seq = PagedDriver(load_model(tiny).model, 1, kv_cache_dtype="int8"), list(PROMPT)
+    logits = driver.step({0: seq})
+    for _ in range(6):
+        seq.append(int(logits[-1].argmax()))
+        logits = driver.step({0: [seq[-1]]})
+    assert out.outputs[0].token_ids == seq[len(PROMPT):]
+    for bad in ("fp8", "int4", torch.int8):
+        with pytest.raises(ValueError, match="^kv_cache_dtype"):
+            LLM(tiny, kv_cache_dtype=bad)
+
+
+@pytest.mark.parametrize("fields", [
+    {"architectures": ["LlamaForCausalLM"], "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64},
+    {"architectures": ["DeepseekV2ForCausalLM"], "num_attention_heads": 4, "num_key_value_heads": 4,
+     "kv_lora_rank": 64, "q_lora_rank": None, "qk_rope_head_dim": 16, "qk_nope_head_dim": 16, "v_head_dim": 16,
+     "moe_intermediate_size": 16, "n_routed_experts": 4, "n_shared_experts": 1, "num_experts_per_tok": 2,
+     "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1},
+], ids=["llama_head_64", "deepseek_latent_80"])
+def test_int8_cache_holds_more_blocks_than_bf16(fields):
+    """The same kv_cache_memory holds >= 1.8x the blocks as int8 (1 byte per value and an fp32 scale
+    per token and KV head, or per MLA part) than in bf16: head size 64 gives 2·64 / (64 + 4) = 1.88x,
+    an MLA latent of 64 + 16 gives 2·80 / (80 + 8) = 1.82x."""
+    config = parse_config({"vocab_size": 96, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+                           "max_position_embeddings": 4096, "eos_token_id": 3, **fields})
+    loaded = LoadedModel(build_model(config, torch.bfloat16, "cpu").eval(), None, config)
+    blocks = {kv: LLM(loaded, dtype=torch.bfloat16, max_model_len=4096, kv_cache_memory=1 << 20,
+                      kv_cache_dtype=kv).config.num_kv_blocks for kv in ("auto", "int8")}
+    assert blocks["int8"] >= 1.8 * blocks["auto"], blocks

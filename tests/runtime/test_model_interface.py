@@ -90,16 +90,16 @@ class Renamed(nn.Module):
     def logits(self, hidden):
         return self.stub.compute_logits(hidden)
 
-    def kv_cache_bytes_per_block(self, block_size, dtype):
-        return self.stub.kv_cache_bytes_per_block(block_size, dtype)
+    def kv_cache_bytes_per_block(self, block_size, dtype, kv_cache_dtype="auto"):
+        return self.stub.kv_cache_bytes_per_block(block_size, dtype, kv_cache_dtype)
 
-    def allocate_kv_cache(self, num_blocks, block_size, dtype, device):
-        self.stub.allocate_kv_cache(num_blocks, block_size, dtype, device)
+    def allocate_kv_cache(self, num_blocks, block_size, dtype, device, kv_cache_dtype="auto"):
+        self.stub.allocate_kv_cache(num_blocks, block_size, dtype, device, kv_cache_dtype)
 
 
 class RenamedParameter(StubModel):
-    def allocate_kv_cache(self, blocks, block_size, dtype, device):
-        super().allocate_kv_cache(blocks, block_size, dtype, device)
+    def allocate_kv_cache(self, blocks, block_size, dtype, device, kv_cache_dtype="auto"):
+        super().allocate_kv_cache(blocks, block_size, dtype, device, kv_cache_dtype)
 
 
 def test_renamed_method_or_parameter_is_caught():
@@ -108,7 +108,8 @@ def test_renamed_method_or_parameter_is_caught():
         LLM(LoadedModel(Renamed(), None, StubConfig()))
     assert isinstance(RenamedParameter(), RuntimeModel)  # isinstance sees names only ...
     assert signature_mismatches(RenamedParameter()) == [  # ... the signature check sees parameters
-        "allocate_kv_cache('blocks', 'block_size', 'dtype', 'device') != ('num_blocks', 'block_size', 'dtype', 'device')"]
+        "allocate_kv_cache('blocks', 'block_size', 'dtype', 'device', 'kv_cache_dtype') != "
+        "('num_blocks', 'block_size', 'dtype', 'device', 'kv_cache_dtype')"]
     with pytest.raises(TypeError, match="^model: object is not a RuntimeModelConfig .missing eos_token_id, "
                                         "max_position_embeddings, vocab_size;"):
         LLM(LoadedModel(StubModel(), None, object()))

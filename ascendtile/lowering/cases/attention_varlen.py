@@ -2,6 +2,7 @@
 group padded 3 -> 4), each head size, causal and not."""
 from __future__ import annotations
 
+from ascendtile.kernels._attention import KV_FLOAT
 from ascendtile.kernels.attention_unified import DENSE_BLOCK, flash_attention_kernel, tiling
 from ascendtile.lowering.case import LoweringCase
 from ascendtile.lowering.cases._attention import flash_types
@@ -19,7 +20,7 @@ def cases() -> list[LoweringCase]:
                 kernel=flash_attention_kernel,
                 arg_types=flash_types(dtype),
                 constexprs={**params, "PAGED": False, "CAUSAL": causal, "USE_SOFTCAP": False,
-                            "USE_WINDOW": False, "UPCAST_DOT": False},
+                            "USE_WINDOW": False, "UPCAST_DOT": False, "KV_QUANT": KV_FLOAT},
                 expect_mode="mix",
             ))
     return cases

@@ -115,17 +115,19 @@ class CausalLM(nn.Module):
     def attention_layers(self) -> list[nn.Module]:
         return [layer.self_attn for layer in self.model.layers]
 
-    def kv_cache_bytes_per_block(self, block_size: int, dtype: torch.dtype) -> int:
-        elements = sum(attn.cache_elements_per_block(block_size) for attn in self.attention_layers())
-        return elements * torch.empty((), dtype=dtype).element_size()
+    def kv_cache_bytes_per_block(self, block_size: int, dtype: torch.dtype, kv_cache_dtype: str = "auto") -> int:
+        """Every layer's bytes per block: the cache in dtype ("auto"), or int8 with its scales."""
+        return sum(attn.cache_bytes_per_block(block_size, dtype, kv_cache_dtype) for attn in self.attention_layers())
 
-    def allocate_kv_cache(self, num_blocks: int, block_size: int, dtype: torch.dtype, device: str | torch.device) -> None:
-        """(Re-)allocate every layer's paged cache, zero-filled; the old caches are dropped first."""
+    def allocate_kv_cache(self, num_blocks: int, block_size: int, dtype: torch.dtype, device: str | torch.device,
+                          kv_cache_dtype: str = "auto") -> None:
+        """(Re-)allocate every layer's paged cache, zero-filled, in dtype ("auto") or int8 with its
+        scale caches ("int8"); the old caches are dropped first."""
         layers = self.attention_layers()
         for attn in layers:  # release every old cache first so old and new never coexist in memory
-            attn.allocate_cache(0, block_size, dtype, device)
+            attn.allocate_cache(0, block_size, dtype, device, kv_cache_dtype)
         for attn in layers:
-            attn.allocate_cache(num_blocks, block_size, dtype, torch.device(device))
+            attn.allocate_cache(num_blocks, block_size, dtype, torch.device(device), kv_cache_dtype)
 
     def post_load(self) -> None:
         """Derive what is computed from loaded weights: every float Linear and the tied LM head

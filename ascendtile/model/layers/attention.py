@@ -1,5 +1,7 @@
 """MHA/GQA attention over the paged KV cache (Llama family, Gemma 3): merged qkv projection,
-optional Qwen3/Gemma q/k norm, rope, reshape_and_cache_flash, unified_attention, o_proj.
+optional Qwen3/Gemma q/k norm, rope, reshape_and_cache_flash, unified_attention, o_proj. The cache
+is in the model dtype, or int8 (kv_cache_dtype "int8") with a dynamic fp32 scale per (token, KV
+head) in scale caches beside it (ops/_kv_quant.py).
 
 Under tensor parallelism each rank holds its share of the query heads and of the KV heads
 (partition.py: KV heads replicated when there are fewer than ranks), so its paged cache holds
@@ -16,6 +18,8 @@ from ascendtile.model.layers.norm import RMSNorm
 from ascendtile.model.layers.parallel_linear import ColumnParallelLinear, RowParallelLinear
 from ascendtile.model.layers.partition import kv_head_share, split_evenly
 from ascendtile.model.layers.rotary import RotaryEmbedding
+
+SCALE_BYTES = 4  # an int8 cache's fp32 scale per (token, KV head), for K and for V
 
 
 class Attention(nn.Module):
@@ -41,14 +45,28 @@ class Attention(nn.Module):
         self.rotary = rotary
         self.key_cache: torch.Tensor | None = None  # [num_blocks, block_size, num_kv_heads, head_dim]
         self.value_cache: torch.Tensor | None = None
+        self.kv_cache_dtype = "auto"
+        # int8 caches' scales, fp32 [num_blocks, num_kv_heads, block_size]; None for a float cache
+        self.k_scale_cache: torch.Tensor | None = None
+        self.v_scale_cache: torch.Tensor | None = None
 
-    def cache_elements_per_block(self, block_size: int) -> int:
-        return 2 * block_size * self.num_kv_heads * self.head_dim
+    def cache_bytes_per_block(self, block_size: int, dtype: torch.dtype, kv_cache_dtype: str = "auto") -> int:
+        """K and V of block_size tokens: in dtype, or int8 values and one fp32 scale per (token, KV head)."""
+        rows = 2 * block_size * self.num_kv_heads
+        if kv_cache_dtype == "int8":
+            return rows * (self.head_dim + SCALE_BYTES)
+        return rows * self.head_dim * torch.empty((), dtype=dtype).element_size()
 
-    def allocate_cache(self, num_blocks: int, block_size: int, dtype: torch.dtype, device: torch.device) -> None:
+    def allocate_cache(self, num_blocks: int, block_size: int, dtype: torch.dtype, device: torch.device,
+                       kv_cache_dtype: str = "auto") -> None:
+        int8 = ak.check_kv_cache_dtype(kv_cache_dtype)
+        self.kv_cache_dtype = kv_cache_dtype
         shape = (num_blocks, block_size, self.num_kv_heads, self.head_dim)
-        self.key_cache = torch.zeros(shape, dtype=dtype, device=device)
-        self.value_cache = torch.zeros(shape, dtype=dtype, device=device)
+        self.key_cache = torch.zeros(shape, dtype=torch.int8 if int8 else dtype, device=device)
+        self.value_cache = torch.zeros(shape, dtype=torch.int8 if int8 else dtype, device=device)
+        scales = (num_blocks, self.num_kv_heads, block_size)
+        self.k_scale_cache = torch.zeros(scales, dtype=torch.float32, device=device) if int8 else None
+        self.v_scale_cache = torch.zeros(scales, dtype=torch.float32, device=device) if int8 else None
 
     def forward(self, positions: torch.Tensor, x: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         """x [T, hidden] -> [T, hidden]; writes this step's K/V into the paged cache."""
@@ -69,8 +87,10 @@ class Attention(nn.Module):
             # rms_norm needs rows it can view as [T*H, D]; q/k are strided slices of the qkv output
             q, k = self.q_norm(q.contiguous()), self.k_norm(k.contiguous())
             self.rotary(positions, q, k, check)
-        ak.reshape_and_cache_flash(k, v, self.key_cache, self.value_cache, meta.slot_mapping, validate=check)
+        ak.reshape_and_cache_flash(k, v, self.key_cache, self.value_cache, meta.slot_mapping, self.kv_cache_dtype,
+                                   k_scale_cache=self.k_scale_cache, v_scale_cache=self.v_scale_cache, validate=check)
         out = ak.unified_attention(q, self.key_cache, self.value_cache, meta.block_tables, meta.cu_seqlens_q,
                                    meta.seqused_k, meta.max_seqlen_q, meta.max_seqlen_k, self.scale,
-                                   sliding_window=self.sliding_window, validate=check)
+                                   sliding_window=self.sliding_window, kv_cache_dtype=self.kv_cache_dtype,
+                                   k_scale=self.k_scale_cache, v_scale=self.v_scale_cache, validate=check)
         return self.o_proj(out.reshape(tokens, self.num_heads * self.head_dim))

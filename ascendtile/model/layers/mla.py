@@ -12,6 +12,10 @@ kv_b_proj are column-parallel by heads, so a rank's absorbed W_UK / W_UV cover i
 q_a_proj and kv_a_proj_with_mqa (the latent and k_pe every head reads) and the norms are
 replicated, so every rank caches the full [kv_c | k_pe] latent of each token for its heads;
 o_proj is row-parallel (one all-reduce per layer).
+
+The latent cache is in the model dtype, or int8 (kv_cache_dtype "int8") with a dynamic fp32 scale
+per token for its latent and its rope part, in a scale cache [num_blocks, 2, block_size] beside it
+(ops/_kv_quant.py).
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ from ascendtile.model.layers.parallel_linear import ColumnParallelLinear, RowPar
 from ascendtile.model.layers.partition import split_evenly
 from ascendtile.model.layers.rotary import RotaryEmbedding
 
+SCALE_BYTES = 4  # an int8 cache's fp32 scales per token: one for the latent, one for the rope part
 # HF builds q_a_layernorm / kv_a_layernorm with DeepseekV2RMSNorm's default eps, not rms_norm_eps.
 LATENT_NORM_EPS = 1e-6
 
@@ -54,6 +59,8 @@ class MLAttention(nn.Module):
         self.o_proj = RowParallelLinear(heads.scaled(v_head_dim), hidden_size, bias=attention_bias)
         self.rotary = rotary
         self.kv_cache: torch.Tensor | None = None  # [num_blocks, block_size, kv_lora_rank + rope dim]
+        self.kv_cache_dtype = "auto"
+        self.kv_scale_cache: torch.Tensor | None = None  # int8 cache: fp32 [num_blocks, 2, block_size]
         # Derived from kv_b_proj by absorb_weights(): W_UK [H, nope, L], W_UV [H, v, L] for this rank's
         # H heads. Buffers, so .to(device) moves them; not persistent, so checkpoints keep only kv_b_proj.
         self.register_buffer("w_uk", None, persistent=False)
@@ -67,11 +74,20 @@ class MLAttention(nn.Module):
         self.w_uk = w[:, : self.nope_dim].contiguous()
         self.w_uv = w[:, self.nope_dim:].contiguous()
 
-    def cache_elements_per_block(self, block_size: int) -> int:
-        return block_size * (self.kv_lora_rank + self.rope_dim)
+    def cache_bytes_per_block(self, block_size: int, dtype: torch.dtype, kv_cache_dtype: str = "auto") -> int:
+        """The latent rows of block_size tokens: in dtype, or int8 values and two fp32 scales each."""
+        width = self.kv_lora_rank + self.rope_dim
+        if kv_cache_dtype == "int8":
+            return block_size * (width + 2 * SCALE_BYTES)
+        return block_size * width * torch.empty((), dtype=dtype).element_size()
 
-    def allocate_cache(self, num_blocks: int, block_size: int, dtype: torch.dtype, device: torch.device) -> None:
-        self.kv_cache = torch.zeros((num_blocks, block_size, self.kv_lora_rank + self.rope_dim), dtype=dtype, device=device)
+    def allocate_cache(self, num_blocks: int, block_size: int, dtype: torch.dtype, device: torch.device,
+                       kv_cache_dtype: str = "auto") -> None:
+        int8 = ak.check_kv_cache_dtype(kv_cache_dtype)
+        self.kv_cache_dtype = kv_cache_dtype
+        self.kv_cache = torch.zeros((num_blocks, block_size, self.kv_lora_rank + self.rope_dim),
+                                    dtype=torch.int8 if int8 else dtype, device=device)
+        self.kv_scale_cache = torch.zeros((num_blocks, 2, block_size), dtype=torch.float32, device=device) if int8 else None
 
     def _query(self, x: torch.Tensor) -> torch.Tensor:
         if hasattr(self, "q_proj"):
@@ -95,12 +111,14 @@ class MLAttention(nn.Module):
         q_pe = q_pe.clone(memory_format=torch.contiguous_format)
         k_pe = k_pe.clone(memory_format=torch.contiguous_format).view(tokens, 1, self.rope_dim)
         self.rotary(positions, q_pe, k_pe)
-        ak.concat_and_cache_mla(kv_c, k_pe.view(tokens, self.rope_dim), self.kv_cache, meta.slot_mapping)
+        ak.concat_and_cache_mla(kv_c, k_pe.view(tokens, self.rope_dim), self.kv_cache, meta.slot_mapping,
+                                self.kv_cache_dtype, scale_cache=self.kv_scale_cache)
         # per-head matmuls: bmm over [H, T, .] views
         q_latent = torch.bmm(q_nope.transpose(0, 1), self.w_uk).transpose(0, 1)
         query = torch.cat([q_latent, q_pe], dim=-1)
         out = ak.mla_attention(query, self.kv_cache, meta.block_tables, meta.cu_seqlens_q, meta.seqused_k,
-                               meta.max_seqlen_q, meta.max_seqlen_k, self.kv_lora_rank, self.scale)
+                               meta.max_seqlen_q, meta.max_seqlen_k, self.kv_lora_rank, self.scale, self.kv_cache_dtype,
+                               self.kv_scale_cache)
         out = torch.bmm(out.transpose(0, 1), self.w_uv.transpose(1, 2)).transpose(0, 1)
         out = out.clone(memory_format=torch.contiguous_format)
         return self.o_proj(out.view(tokens, self.num_heads * self.v_dim))

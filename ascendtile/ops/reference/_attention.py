@@ -15,6 +15,10 @@ j < kv_len and its block id in [0, num_blocks) (paged: an id outside hides the k
 kernels); causal: j <= p (bottom-right aligned: the new tokens are the last q_len of the
 kv_len, p = kv_len - q_len + i); sliding window w > 0: p - w < j (HF / vLLM: a query sees
 itself and the w - 1 keys before it). A query with no visible key gets 0.
+
+An int8 cache (kv_cache_dtype "int8") comes with its scales (k_scale / v_scale: a scale cache
+[num_blocks, KVH, block_size] or a static scale, ops/_kv_quant.py; None for a float cache): only
+the gathered rows are dequantized, to fp32, with the gathered scales (_kv_quant.py).
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from ascendtile.ops.reference._decode_plan import DecodeGroup, decode_plan
+from ascendtile.ops.reference._kv_quant import block_scales, dequantize, static_scale
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_len: torch.Tensor, kv_len: torch.Tensor,
@@ -75,16 +80,29 @@ def block_ids(block_table: torch.Tensor, num_blocks: int, block_size: int, num_k
     return safe, (~bad).repeat_interleave(block_size, 1)[:, :num_k]
 
 
-def gather_paged(cache: torch.Tensor, ids: torch.Tensor, num_k: int) -> torch.Tensor:
-    """[B, num_k, KVH, D] rows of each sequence (a copy) through the ids of block_ids.
-    index_select, not cache[ids]: aten::index opens a parallel region even for a few blocks, which
-    measured ~8 ms per call at 2 threads while another process held the second core (~15 us idle)."""
+def gather_paged(cache: torch.Tensor, ids: torch.Tensor, num_k: int, scale: torch.Tensor | None = None) -> torch.Tensor:
+    """[B, num_k, KVH, D] rows of each sequence (a copy) through the ids of block_ids; an int8
+    cache's rows dequantized to fp32 with `scale` (see the module doc). index_select, not
+    cache[ids]: aten::index opens a parallel region even for a few blocks, which measured ~8 ms
+    per call at 2 threads while another process held the second core (~15 us idle)."""
     batch, blocks = ids.shape
-    return cache.index_select(0, ids.flatten()).view(batch, blocks * cache.shape[1], *cache.shape[2:])[:, :num_k]
+    rows = cache.index_select(0, ids.flatten()).view(batch, blocks * cache.shape[1], *cache.shape[2:])[:, :num_k]
+    if scale is None:
+        return rows
+    return dequantize(rows, block_scales(scale, ids, num_k) if scale.dim() == 3 else static_scale(scale, cache.shape[2]))
+
+
+def gather_group(group: DecodeGroup, cache: torch.Tensor, scale: torch.Tensor | None, name: str) -> torch.Tensor:
+    """The group's [G, num_k, KVH, D] rows of cache in fp32 (an int8 cache's dequantized with scale)."""
+    rows = group.gather(cache, name)
+    if scale is None:
+        return rows.float()
+    return dequantize(rows, group.gather_scales(scale) if scale.dim() == 3 else static_scale(scale, cache.shape[2]))
 
 
 def decode(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-           block_table: torch.Tensor, seq_lens: torch.Tensor, scale: float, softcap: float, window: int) -> None:
+           block_table: torch.Tensor, seq_lens: torch.Tensor, scale: float, softcap: float, window: int,
+           k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None) -> None:
     """Every sequence has exactly one new token, query row b = sequence b (the decode step): query
     [B, H, D], seq_lens [B] (any int dtype), out [B, H, D]. The gather index is the step's
     DecodePlan, shared by every layer (_decode_plan.py); a batch whose read block ids are not all
@@ -94,21 +112,23 @@ def decode(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, valu
         kv_len = seq_lens.long()
         num_k = max(int(kv_len.max()), 1)
         ids, block_ok = block_ids(block_table, key_cache.shape[0], key_cache.shape[1], num_k, kv_len)
-        k, v = gather_paged(key_cache, ids, num_k), gather_paged(value_cache, ids, num_k)
+        k, v = gather_paged(key_cache, ids, num_k, k_scale), gather_paged(value_cache, ids, num_k, v_scale)
         out.copy_(attend(query[:, None], k, v, torch.ones_like(kv_len), kv_len, scale, softcap, window, True,
                          block_ok)[:, 0])
         return
+    kv = (key_cache, value_cache, k_scale, v_scale)
     for group in plan.groups:
         if group.rows is None:
-            out.copy_(_attend_group(query, group, key_cache, value_cache, scale, softcap, window))
+            out.copy_(_attend_group(query, group, kv, scale, softcap, window))
         else:
-            o = _attend_group(query.index_select(0, group.rows), group, key_cache, value_cache, scale, softcap, window)
+            o = _attend_group(query.index_select(0, group.rows), group, kv, scale, softcap, window)
             out.index_copy_(0, group.rows, o.to(out.dtype))
 
 
 def short_queries(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                   block_table: torch.Tensor, q_start: torch.Tensor, q_len: torch.Tensor, seq_lens: torch.Tensor,
-                  scale: float, window: int) -> bool:
+                  scale: float, window: int, k_scale: torch.Tensor | None = None,
+                  v_scale: torch.Tensor | None = None) -> bool:
     """Attention of a batch where every sequence brings a few new tokens (q_len [B] >= 1, their
     rows from q_start [B]; seq_lens [B] counts them), without softcap, through the step's DecodePlan:
     K/V gathered once per layer through the shared index, one fused SDPA call per group over the
@@ -122,7 +142,7 @@ def short_queries(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tenso
         starts, lens = (q_start, q_len) if group.rows is None else (q_start[group.rows], q_len[group.rows])
         layout = group.queries(starts, lens, window)
         q = query.index_select(0, layout.rows).view(group.num_seqs, layout.num_q, heads, dim)
-        k, v = group.gather(key_cache, "key").float(), group.gather(value_cache, "value").float()
+        k, v = gather_group(group, key_cache, k_scale, "key"), gather_group(group, value_cache, v_scale, "value")
         o = F.scaled_dot_product_attention(q.float().transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                            attn_mask=layout.bias, scale=scale, enable_gqa=True)
         o = o.transpose(1, 2).reshape(-1, heads, dim).index_select(0, layout.kept).nan_to_num_(0.0)  # no key -> 0
@@ -130,12 +150,14 @@ def short_queries(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tenso
     return True
 
 
-def _attend_group(query: torch.Tensor, group: DecodeGroup, key_cache: torch.Tensor, value_cache: torch.Tensor,
-                  scale: float, softcap: float, window: int) -> torch.Tensor:
-    """query [G, H, D] of the group's sequences (one token each) -> [G, H, D] fp32."""
+def _attend_group(query: torch.Tensor, group: DecodeGroup, kv: tuple, scale: float, softcap: float,
+                  window: int) -> torch.Tensor:
+    """query [G, H, D] of the group's sequences (one token each), kv = (key_cache, value_cache,
+    k_scale, v_scale) -> [G, H, D] fp32."""
+    key_cache, value_cache, k_scale, v_scale = kv
     batch, heads, dim = query.shape
     kv_heads = key_cache.shape[2]
-    k, v = group.gather(key_cache, "key").float(), group.gather(value_cache, "value").float()
+    k, v = gather_group(group, key_cache, k_scale, "key"), gather_group(group, value_cache, v_scale, "value")
     if softcap <= 0:
         # torch's fused CPU attention over the gathered rows (GQA-aware, strided K/V views): one
         # call instead of the ~12 small ops below, ~30 µs less per layer at one sequence.

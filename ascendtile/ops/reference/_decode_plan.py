@@ -28,6 +28,8 @@ import threading
 
 import torch
 
+from ascendtile.ops.reference._kv_quant import slot_scales
+
 MIN_SAVED_ROWS = 256
 _local = threading.local()
 
@@ -76,6 +78,11 @@ class DecodeGroup:
         rows = self._buffers[key]
         torch.index_select(cache.reshape(-1, heads * dim), 0, self.slots, out=rows)
         return rows.view(self.num_seqs, self.num_k, heads, dim)
+
+    def gather_scales(self, scale_cache: torch.Tensor) -> torch.Tensor:
+        """[G, num_k, KVH] scales of the gathered rows from an int8 cache's scale cache
+        [num_blocks, KVH, block_size] (ops/_kv_quant.py)."""
+        return slot_scales(scale_cache, self.slots).view(self.num_seqs, self.num_k, -1)
 
 
 class QueryLayout:
