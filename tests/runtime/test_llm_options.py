@@ -1,12 +1,9 @@
 """LLM constructor options on a tiny random Llama (2 layers, 2 KV heads of 16): kv_cache_memory
 sizes the cache in bytes; quantization="w8a8" runs the int8-weight model, token for token what
 the paged-cache driver gets from load_model(..., quantization="w8a8"); quantization="w4a16"
-likewise, in bf16 unless a dtype is given."""
-
-
-the paged-cache driver gets from load_model(..., quantization="w8a8"); kv_cache_dtype="int8" runs
-on int8 caches with scale caches, token for token what the driver gets over an int8 cache, and
-fits ≥ 1.8x the blocks of a bf16 cache in the same kv_cache_memory (head size 64, MLA latent 80)."""
+likewise, in bf16 unless a dtype is given; kv_cache_dtype="int8" runs on int8 caches with scale
+caches, token for token what the driver gets over an int8 cache, and fits ≥ 1.8x the blocks of a
+bf16 cache in the same kv_cache_memory (head size 64, MLA latent 80)."""
 from __future__ import annotations
 
 import pytest
