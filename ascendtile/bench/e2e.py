@@ -229,6 +229,8 @@ def run(model: str, num_prompts: int, input_len: int, output_len: int, dtype: st
                  "ascendtile (float weights)": quantization is not None}
     for engine in (name for name, wanted in baselines.items() if wanted):
         base = ours_llm(None, False)
+        if quantization is not None:
+            params = base.num_parameters  # the roof counts weights, not the bytes W4A16 packs them in
         results.append(_greedy_only(run_ours(base, prompts, output_len, temperature, top_p, ignore_eos=ignore_eos,
                                              engine=engine), sampled))
         results[-1].notes.append(f"float weights, {str(base.config.dtype).removeprefix('torch.')}")

@@ -205,4 +205,5 @@ def test_e2e_quantize_runs_ours_with_float_weights_beside(tmp_path, capsys):
     assert (ours["engine"], base["engine"]) == ("ascendtile", "ascendtile (float weights)")
     assert base["notes"][-1] == "float weights, float32"
     assert ours["output_tokens"] == base["output_tokens"] == record["num_prompts"] * record["output_len"]
+    assert record["roof"]["params"] > 130e6  # SmolLM2's weights, not its packed 4-bit bytes
     assert "w4a16 weights, bfloat16 activations" in capsys.readouterr().out
