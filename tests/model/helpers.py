@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ascendtile.model import AttentionMetadata
+from ascendtile.model import AttentionMetadata, LoadedModel, build_model
 
 
 class PagedDriver:
@@ -57,6 +57,17 @@ def hf_logits(hf_model, ids: list[int]) -> torch.Tensor:
     """HF's fp32 logits [len(ids), vocab] by a full recompute of the sequence."""
     with torch.no_grad():
         return hf_model(torch.tensor([ids])).logits[0].float()
+
+
+def random_loaded(config, seed: int = 0) -> LoadedModel:
+    """Our model for a parsed config with every parameter N(0, 0.1²) (no tokenizer), post-loaded."""
+    model = build_model(config, torch.float32, "cpu")
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.copy_(torch.randn(param.shape, generator=gen) * 0.1)
+    model.post_load()
+    return LoadedModel(model.eval(), None, config)
 
 
 def save_tiny(hf_config, directory, seed: int = 0, randomize_norms: bool = False):

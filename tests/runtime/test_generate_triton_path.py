@@ -12,10 +12,10 @@ import copy
 import pytest
 from transformers import LlamaConfig
 
-from ascendtile.model import LoadedModel, build_model, load_model, parse_config, quantize_w8a8
+from ascendtile.model import LoadedModel, load_model, parse_config, quantize_w8a8
 from ascendtile.runtime import LLM, SamplingParams
 from ascendtile.runtime.graph_runner import GraphRunner
-from model.helpers import PagedDriver, save_tiny
+from model.helpers import PagedDriver, random_loaded, save_tiny
 
 CONFIG = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                      num_attention_heads=4, num_key_value_heads=2, initializer_range=0.1,
@@ -94,8 +94,6 @@ def test_w8a8_generate_on_triton_path_past_64_tokens(tiny_dir, monkeypatch, acti
 def tiny_deepseek() -> LoadedModel:
     """A random 2-layer DeepSeek-V2 (MLA latent 32 + rope 16: the interpreter's dots need 16; one dense
     and one MoE layer)."""
-    import torch
-
     config = parse_config({"architectures": ["DeepseekV2ForCausalLM"], "vocab_size": 128, "hidden_size": 64,
                            "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
                            "num_key_value_heads": 4, "max_position_embeddings": 128, "eos_token_id": 3,
@@ -103,13 +101,7 @@ def tiny_deepseek() -> LoadedModel:
                            "v_head_dim": 16, "moe_intermediate_size": 32, "n_routed_experts": 4,
                            "n_shared_experts": 1, "num_experts_per_tok": 2, "first_k_dense_replace": 1,
                            "n_group": 1, "topk_group": 1})
-    model = build_model(config, torch.float32, "cpu")
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for param in model.parameters():
-            param.copy_(torch.randn(param.shape, generator=gen) * 0.1)
-    model.post_load()
-    return LoadedModel(model.eval(), None, config)
+    return random_loaded(config)
 
 
 @pytest.mark.slow

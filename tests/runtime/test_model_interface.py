@@ -7,13 +7,13 @@ from __future__ import annotations
 import inspect
 
 import pytest
-import torch
 from torch import nn
 
 from ascendtile.bench.stub_model import StubConfig, StubModel, stub_loaded
-from ascendtile.model import LoadedModel, build_model, parse_config
+from ascendtile.model import LoadedModel, parse_config
 from ascendtile.runtime import LLM, SamplingParams
 from ascendtile.runtime.model_interface import RuntimeModel, RuntimeModelConfig, protocol_members, require
+from model.helpers import random_loaded
 
 BASE = {"vocab_size": 96, "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,
         "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64, "eos_token_id": 3}
@@ -33,13 +33,7 @@ METHODS = [name for name in protocol_members(RuntimeModel) if name != "__call__"
 
 def tiny(architecture: str) -> LoadedModel:
     config = parse_config({**BASE, **TINY[architecture], "architectures": [architecture]})
-    model = build_model(config, torch.float32, "cpu")
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for param in model.parameters():
-            param.copy_(torch.randn(param.shape, generator=gen) * 0.1)
-    model.post_load()
-    return LoadedModel(model.eval(), None, config)
+    return random_loaded(config)
 
 
 def signature_mismatches(model: object) -> list[str]:
