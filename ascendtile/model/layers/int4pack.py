@@ -8,7 +8,7 @@ not the exact fp32 weights the op multiplies (ascendtile.ops.w4a16_linear), a bf
 model's rounding. It takes groups g of 32, 64, 128 or 256 (a larger quantization group, e.g.
 compressed-tensors' "channel", repeats its scale over several g) and N a multiple of 16.
 
-Measured (2026-11-25, AMD EPYC avx512_bf16 + VNNI, no AMX; 10 SmolLM2 layers' q/k/v, o,
+Measured (2026-11-25, 2-core Intel Xeon, avx2 + avx512_bf16 + avx512_vnni, no AMX; 10 SmolLM2 layers' q/k/v, o,
 gate/up and down linears, distinct random weights, group 32, bf16 x, ms for all 40, best of 5; at
 1 thread, as 2-thread runs on this shared machine were unstable; the op is ascendtile.ops.w4a16_linear's
 CPU path (dequantize 512 rows at a time to fp32, fp32 GEMM); the float columns need a 16- or 32-bit
