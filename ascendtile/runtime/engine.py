@@ -35,11 +35,6 @@ class Engine:
     def __init__(self, model: RuntimeModel, tokenizer, eos_token_ids: set[int], config: EngineConfig, seed: int = 0) -> None:
         self.config = config
         spec = config.speculative_config
-        if spec is not None and config.graph != "off" and config.device.type in ("npu", "cuda"):
-            # captured decode graphs and pieces are sized for one token per sequence; verify steps
-            # with drafts are untested on a device with graphs
-            raise NotImplementedError(f"speculative_config: not supported with graph={config.graph!r} on "
-                                      f"{config.device.type}; pass graph='off'")
         model.allocate_kv_cache(config.num_kv_blocks, config.block_size, config.dtype, config.device,
                                 config.kv_cache_dtype)
         # the runners call the model's forward; at compilation level >= 1 that is the compiled one.

@@ -54,7 +54,8 @@ class LLM:
     ({"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": m, "prompt_lookup_max":
     M}): each step verifies up to k n-gram (prompt lookup) drafts per decoding sequence
     (runtime/scheduler.py, runtime/rejection_sampler.py); a bad value is a ValueError/TypeError
-    naming `speculative_config.<field>`. Not with graph="auto" on NPU/CUDA (NotImplementedError).
+    naming `speculative_config.<field>`. With device graphs, steps without drafts replay the
+    decode graphs and verify steps run eagerly (level 3: through the per-size captured pieces).
     spec_decode_metrics: the last call's drafted / accepted counts.
 
     tensor_parallel_size: N ranks, each holding 1/N of the model (Megatron-style; the model must
@@ -89,7 +90,8 @@ class LLM:
         if not tp_timeout_s > 0:
             raise ValueError(f"tp_timeout_s: must be > 0, got {tp_timeout_s}")
         dev = torch.device(device) if device is not None else platform.default_device()
-        args = EngineArgs(default_dtype(quantization) if dtype is None else resolve_dtype(dtype), dev, max_model_len, max_num_seqs, max_num_batched_tokens,
+        run_dtype = default_dtype(quantization) if dtype is None else resolve_dtype(dtype)
+        args = EngineArgs(run_dtype, dev, max_model_len, max_num_seqs, max_num_batched_tokens,
                           platform.default_block_size(dev) if block_size is None else block_size, num_kv_blocks,
                           kv_cache_memory, enable_prefix_caching, graph, quantization, seed,
                           CompilationConfig.from_user(compilation_config),

@@ -7,7 +7,10 @@ sampled request (the random rejection path with one-hot targets) emits the greed
 RejectionSampler's emitted tokens follow the processed target distributions (4000 seeds); stop
 tokens and max_tokens cut inside a multi-token step; blocks committed to the prefix cache hold
 accepted tokens only; the scheduler's draft budgeting rules; spawned tensor-parallel ranks
-speculate; bad configs name the field and device graphs are refused. On the embedded SmolLM2 and Gemma 3: greedy
+speculate; bad configs name the field. With device graphs (on CPU: the GraphRunner uncaptured, level 3's pieces
+through a fake graph class) greedy output is the same: plain decode steps through the bucketed
+GraphRunner and verify steps eagerly beside it; level 3's captured pieces covering verify steps
+of more tokens than sequences. On the embedded SmolLM2 and Gemma 3: greedy
 equality on 32 prompts (repeating and plain), alone, chunked and preempted, and stop strings."""
 from __future__ import annotations
 
@@ -16,15 +19,17 @@ import random
 import pytest
 import torch
 
+from ascendtile.compilation import CaptureSpec
 from ascendtile.runtime import LLM, SamplingParams
-from ascendtile.runtime.config import EngineConfig
-from ascendtile.runtime.engine import Engine
-from ascendtile.runtime.speculative_config import SpeculativeConfig
+from ascendtile.runtime import engine as engine_module
+from ascendtile.runtime.graph_runner import GraphRunner
 from compilation import tiny as tiny_llama
 from embedded import GEMMA3, SMOLLM2
 
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 3}
 TINY_ARGS = dict(max_model_len=256, max_num_seqs=8, block_size=4)
+# the graph runner's and compiled steps' unvalidated calls meet the ops' checks: blocks of 16
+BLOCKS_OF_16 = {**TINY_ARGS, "block_size": 16}
 GREEDY = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
 
 
@@ -218,11 +223,48 @@ def test_bad_speculative_config_names_the_field(tiny, value, match):
         LLM(tiny, **TINY_ARGS, speculative_config=value)
 
 
-def test_device_graphs_are_refused():
-    config = EngineConfig(64, 2, 64, 16, 4, True, "auto", torch.device("cuda"), torch.float32,
-                          speculative_config=SpeculativeConfig(method="ngram", num_speculative_tokens=2))
-    with pytest.raises(NotImplementedError, match="speculative_config.*graph='off'"):
-        Engine(None, None, set(), config)
+def test_greedy_through_padded_decode_graphs_equals_no_speculation(tiny, tiny_greedy):
+    """As on NPU/CUDA with graph="auto": plain decode steps through the bucketed GraphRunner
+    (uncaptured on CPU: same static buffers and padding), verify steps eagerly beside it."""
+    # drafts only on a 3-token match: some steps find none and run as plain decode steps
+    llm = LLM(tiny, **BLOCKS_OF_16, speculative_config={**NGRAM, "prompt_lookup_min": 3})
+    c = llm.config
+    runner = llm.engine.runner.graph_runner = GraphRunner(llm.model, c.max_num_seqs, c.max_model_len, c.block_size,
+                                                          c.device, capture=False)
+    padded_steps, run = [], runner.run
+    runner.run = lambda ids, *a: padded_steps.append(ids.shape[0]) or run(ids, *a)
+    assert token_ids(llm.generate(_prompts(), GREEDY, use_tqdm=False)) == tiny_greedy[0]
+    assert_accepted(llm)
+    assert padded_steps  # some steps had no drafts to verify and replayed the decode graphs
+
+
+class RecordingGraph:
+    """The DeviceGraph protocol on CPU (capture runs the piece, replay reruns it into the static
+    outputs, as a device graph would), recording the token count of every capture."""
+    sizes: list[int] = []
+
+    def capture(self, fn):
+        self.fn, self.outputs = fn, fn()
+        RecordingGraph.sizes.append(max(o.shape[0] for o in self.outputs if isinstance(o, torch.Tensor) and o.dim()))
+        return self.outputs
+
+    def replay(self):
+        for static, new in zip(self.outputs, self.fn()):
+            static.copy_(new)
+
+
+def test_level3_captured_pieces_cover_verify_steps(tiny, tiny_greedy, monkeypatch):
+    """Level 3 on a device with graphs captures its pieces per token count: a verify step of
+    1 + drafts tokens per sequence pads to the next capture size like any step."""
+    RecordingGraph.sizes = []
+    monkeypatch.setattr(engine_module, "piece_capture", lambda config, device_type, max_num_seqs: CaptureSpec(
+        RecordingGraph, (1, 2, 4, 8, 16, 32)))
+    llm = LLM(tiny, **BLOCKS_OF_16, speculative_config=NGRAM, compilation_config={"level": 3, "use_inductor": False})
+    assert token_ids(llm.generate(_prompts(), GREEDY, use_tqdm=False)) == tiny_greedy[0]
+    assert_accepted(llm)
+    # sizes above max_num_seqs (8) hold more tokens than sequences: verify steps, not prefills,
+    # since every prompt is prefilled in one step of more than 32 tokens (uncaptured)
+    assert max(RecordingGraph.sizes) > TINY_ARGS["max_num_seqs"], RecordingGraph.sizes
 
 
 @pytest.mark.slow
