@@ -23,6 +23,7 @@ from ascendtile.compilation import CaptureSpec
 from ascendtile.runtime import LLM, SamplingParams
 from ascendtile.runtime import engine as engine_module
 from ascendtile.runtime.graph_runner import GraphRunner
+from ascendtile.runtime.speculative_config import SpeculativeConfig
 from compilation import tiny as tiny_llama
 from embedded import GEMMA3, SMOLLM2
 
