@@ -15,9 +15,14 @@ from ascendtile.ops._validate import (
 GROUP_QUANTUM = 32
 
 
-def _check_group_size(group_size: int, k: int) -> None:
-    if group_size <= 0 or group_size % GROUP_QUANTUM or k % group_size:
-        raise ValueError(f"group_size: must be a positive multiple of {GROUP_QUANTUM} that divides K={k}, got {group_size}")
+def check_group_size(group_size: int, k: int, where: str = "input [..., K]") -> None:
+    """A W4A16 group size: a positive multiple of GROUP_QUANTUM dividing the k inputs of `where`
+    (the op's input, or a layer a loader names); a ValueError naming group_size otherwise."""
+    if (isinstance(group_size, bool) or not isinstance(group_size, int) or group_size <= 0
+            or group_size % GROUP_QUANTUM):
+        raise ValueError(f"group_size: must be a positive multiple of {GROUP_QUANTUM}, got {group_size!r}")
+    if k % group_size:
+        raise ValueError(f"group_size: {group_size} does not divide the {k} inputs of {where}")
 
 
 def _validate_w4a16_linear(input: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor,
@@ -34,7 +39,7 @@ def _validate_w4a16_linear(input: torch.Tensor, qweight: torch.Tensor, scales: t
         raise ValueError(f"input: K={k} must be even (two 4-bit weights per byte)")
     n = qweight.shape[0]
     check_shape("qweight", qweight, (n, k // 2), f"[N, K/2] for input's K={k}")
-    _check_group_size(group_size, k)
+    check_group_size(group_size, k)
     for name, t in (("scales", scales), ("mins", mins)):
         check_tensor(name, t, dtypes=FP32, ndim=2, contiguous=True)
         check_shape(name, t, (n, k // group_size), f"[N, K/group_size] for group_size {group_size}")

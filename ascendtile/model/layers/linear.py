@@ -31,7 +31,7 @@ from torch import nn
 
 import ascendtile.ops as ak
 from ascendtile.ops.reference.w4a16 import dequantize_w4a16
-from ascendtile.ops.w4a16 import GROUP_QUANTUM
+from ascendtile.ops.w4a16 import check_group_size
 from ascendtile.model.layers.int4pack import Int4Pack, pack_int4
 from ascendtile.platform import cpu_has_bf16_dot
 
@@ -102,16 +102,6 @@ def float_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     return F.linear(x, weight, bias)
 
 
-def check_group_size(group_size: int, in_features: int, layer: str = "the Linear") -> None:
-    """A W4A16 group size: a multiple of GROUP_QUANTUM (the op's) dividing the layer's inputs; a
-    ValueError naming group_size otherwise."""
-    if (isinstance(group_size, bool) or not isinstance(group_size, int) or group_size <= 0
-            or group_size % GROUP_QUANTUM):
-        raise ValueError(f"group_size: must be a positive multiple of {GROUP_QUANTUM}, got {group_size!r}")
-    if in_features % group_size:
-        raise ValueError(f"group_size: {group_size} does not divide the {in_features} inputs of {layer}")
-
-
 class Linear(nn.Module):
     def __init__(self, in_features: int, out_features: int | list[int], bias: bool = False,
                  shard_names: list[str] | None = None) -> None:
@@ -165,7 +155,7 @@ class Linear(nn.Module):
         """Replace the float weight by uninitialised W4A16 qweight, scales and mins (filled by a
         loader) in groups of `group_size` inputs (a multiple of 32 dividing in_features, as
         ascendtile.ops.w4a16_linear takes); `dtype`: the model's, which the activations arrive in."""
-        check_group_size(group_size, self.in_features)
+        check_group_size(group_size, self.in_features, "the Linear")
         device = self.weight.device if self.weight is not None else self.qweight.device
         n, groups = self.out_features, self.in_features // group_size
         self.packed = None

@@ -57,7 +57,7 @@ def decode_int4(data: np.ndarray, kind: GGMLQuantizationType) -> Int4Arrays:
     [R, K/32], mins fp32 [R, K/32]) with K the rows' element count."""
     if kind not in INT4_TYPES:
         raise ValueError(f"kind: {kind.name} is not a 4-bit GGUF type ({', '.join(t.name for t in INT4_TYPES)})")
-    block, block_bytes = GGML_QUANT_SIZES[kind]
+    block_bytes = GGML_QUANT_SIZES[kind][1]
     rows = data.shape[0]
     blocks = data.reshape(rows, -1, block_bytes)
     if kind == GGMLQuantizationType.Q4_K:

@@ -16,9 +16,10 @@ from typing import Mapping
 import torch
 from torch import nn
 
-from ascendtile.model.layers.linear import Linear, check_group_size
+from ascendtile.model.layers.linear import Linear
 from ascendtile.model.loading.w8a8 import quantizable_linears
 from ascendtile.ops.reference.w4a16 import pack_nibbles
+from ascendtile.ops.w4a16 import check_group_size
 
 # quantize_w4a16's group sizes for load_model(quantization="w4a16") on a float checkpoint, in
 # order of preference: vLLM's usual 128 where it divides every Linear's inputs, else the largest
