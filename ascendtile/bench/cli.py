@@ -79,6 +79,10 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     host.add_argument("--compilation-level", type=int, choices=(0, 1, 2, 3), default=0,
                       help="with --forward hollow: the forward's compilation level (compiles before the timed steps)")
     host.set_defaults(func=_route("host_overhead"))
+    for parser in (e2e, host):
+        parser.add_argument("--cpu-decode-graph", action="store_true",
+                            help="with --compilation-level 2 on CPU: decode steps run a graph of their own with no "
+                                 "opaque op (CompilationConfig.cpu_decode_graph; minutes more of compile)")
 
     for parser in (kernels, e2e, host):
         parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run for CI, numbers meaningless")

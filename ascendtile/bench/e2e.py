@@ -170,11 +170,12 @@ def compilation_record(model: torch.nn.Module | CompiledModel | None, level: int
     if not isinstance(model, CompiledModel):
         return {"level": 0, "num_compiles": 0, "compile_s": 0.0, "summary": "compilation level 0 (NO_COMPILATION): eager"}
     return {"level": int(model.config.level), "num_compiles": model.backend.num_compiles,
-            "compile_s": sum(model.backend.compile_seconds), "summary": model.describe()}
+            "compile_s": model.compile_seconds, "summary": model.describe()}
 
 
 def run(model: str, num_prompts: int, input_len: int, output_len: int, dtype: str, compare: list[str], out_dir: Path,
-        temperature: float = 0.0, top_p: float = 1.0, compilation_level: int = 0, tensor_parallel_size: int = 1,
+        temperature: float = 0.0, top_p: float = 1.0, compilation_level: int = 0, cpu_decode_graph: bool = False,
+        tensor_parallel_size: int = 1,
         vllm_interpreter: Path | None = None, vllm_eager: bool = False, speculative_config: dict | None = None,
         workload: str = "random", quantization: str | None = None, quantized_dtype: str | None = None) -> dict:
     """vllm_interpreter: the Python of vLLM's venv (default: see peers.vllm_python); vllm_eager:
@@ -200,7 +201,8 @@ def run(model: str, num_prompts: int, input_len: int, output_len: int, dtype: st
     def ours_llm(speculative: dict | None, quantized: bool):
         run_dtype = dtype if not quantized else quantized_dtype
         return LLM(model=model, dtype=None if run_dtype is None else DTYPES[run_dtype], max_num_seqs=num_prompts,
-                   max_num_batched_tokens=max_num_batched_tokens, compilation_config=compilation_level,
+                   max_num_batched_tokens=max_num_batched_tokens,
+                   compilation_config={"level": compilation_level, "cpu_decode_graph": cpu_decode_graph},
                    tensor_parallel_size=tensor_parallel_size, enable_prefix_caching=False,
                    speculative_config=speculative, quantization=quantization if quantized else None)
 
@@ -313,6 +315,7 @@ def main(args: argparse.Namespace) -> int:
     sizes = QUICK if args.quick else {"num_prompts": args.num_prompts, "input_len": args.input_len, "output_len": args.output_len}
     record = run(args.model, dtype=args.dtype or default_dtype(), compare=args.compare, out_dir=args.out,
                  temperature=args.temperature, top_p=args.top_p, compilation_level=args.compilation_level,
+                 cpu_decode_graph=args.cpu_decode_graph,
                  tensor_parallel_size=args.tensor_parallel_size, vllm_interpreter=args.vllm_python,
                  vllm_eager=args.vllm_mode == "eager", speculative_config=speculative_config_from_args(args),
                  workload=args.workload, quantization=args.quantize, quantized_dtype=args.dtype, **sizes)

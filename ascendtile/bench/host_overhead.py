@@ -74,7 +74,8 @@ class _TimedCall:
         return getattr(self.model, name)
 
 
-def _engine(model, batch: int, max_len: int, device: torch.device, compilation_level: int = 0):
+def _engine(model, batch: int, max_len: int, device: torch.device, compilation_level: int = 0,
+            cpu_decode_graph: bool = False):
     from ascendtile.compilation import CompilationConfig
     from ascendtile.runtime.config import EngineConfig
     from ascendtile.runtime.engine import Engine
@@ -82,16 +83,18 @@ def _engine(model, batch: int, max_len: int, device: torch.device, compilation_l
     blocks = batch * -(-max_len // BLOCK_SIZE)
     config = EngineConfig(max_model_len=max_len, max_num_seqs=batch, max_num_batched_tokens=max(batch * PROMPT_LEN, 512),
                           block_size=BLOCK_SIZE, num_kv_blocks=blocks, enable_prefix_caching=True, graph="auto",
-                          device=device, dtype=torch.float32, compilation=CompilationConfig(level=compilation_level))
+                          device=device, dtype=torch.float32,
+                          compilation=CompilationConfig(level=compilation_level, cpu_decode_graph=cpu_decode_graph))
     return Engine(model, None, set(), config)
 
 
-def measure(model, batch: int, steps: int, mode: str, device: torch.device, compilation_level: int = 0) -> dict:
+def measure(model, batch: int, steps: int, mode: str, device: torch.device, compilation_level: int = 0,
+            cpu_decode_graph: bool = False) -> dict:
     """Per-step stage times (µs) over `steps` decode steps of `batch` running sequences. `model`
     is the free stub or the hollow model (its forward then timed as its own stage)."""
     from ascendtile.runtime import SamplingParams
 
-    engine = _engine(model, batch, PROMPT_LEN + steps + 3, device, compilation_level)
+    engine = _engine(model, batch, PROMPT_LEN + steps + 3, device, compilation_level, cpu_decode_graph)
     clock = _Clock()
     hollow = not isinstance(model, StubModel)
     if hollow:
@@ -128,7 +131,8 @@ def measure(model, batch: int, steps: int, mode: str, device: torch.device, comp
             "per_token_us": total / steps / batch * 1e6, "steps_per_s": steps / total, **stages}
 
 
-def run(batch_sizes: list[int], steps: int, out_dir: Path, forward: str = "stub", compilation_level: int = 0) -> dict:
+def run(batch_sizes: list[int], steps: int, out_dir: Path, forward: str = "stub", compilation_level: int = 0,
+        cpu_decode_graph: bool = False) -> dict:
     from ascendtile.model import default_model_path
     from ascendtile.model.loading.gguf_loader import GGUFFile
 
@@ -139,7 +143,8 @@ def run(batch_sizes: list[int], steps: int, out_dir: Path, forward: str = "stub"
     rows = []
     for batch in batch_sizes:
         if forward == "hollow":
-            rows.append(measure(hollow_model(device).model, batch, steps, "greedy", device, compilation_level))
+            rows.append(measure(hollow_model(device).model, batch, steps, "greedy", device, compilation_level,
+                                cpu_decode_graph))
             continue
         stub = StubModel(max(batch * PROMPT_LEN, 512), vocab_size=config.vocab_size, hidden_size=config.hidden_size,
                          free=True, device=device)
@@ -149,6 +154,7 @@ def run(batch_sizes: list[int], steps: int, out_dir: Path, forward: str = "stub"
             rows.append(measure(stub, batch, steps, mode, device))
         stub.logits = normal
     payload = {"benchmark": "host", "forward": forward, "compilation_level": compilation_level,
+               "cpu_decode_graph": cpu_decode_graph,
                "stub": {"hidden_size": config.hidden_size, "vocab_size": config.vocab_size},
                "prompt_len": PROMPT_LEN, "rows": rows}
     return write_json(out_dir / "host.json", payload)
@@ -161,6 +167,7 @@ def table(record: dict) -> str:
              r["model_us"], r["forward_us"], r["sample_us"], r["bookkeeping_us"]] for r in record["rows"]]
     stub = record["stub"]
     model = (f"hollow model (HOLLOW_WIDTHS, vocab {stub['vocab_size']}), compilation level {record['compilation_level']}"
+             f"{' with the CPU decode graph' if record['cpu_decode_graph'] else ''}"
              if record["forward"] == "hollow" else f"model stubbed: hidden {stub['hidden_size']}, vocab {stub['vocab_size']}")
     return (f"host overhead per decode step on {record['context']['device']} ({model}; stage times in us per step)\n"
             + format_table(headers, body))
@@ -168,7 +175,8 @@ def table(record: dict) -> str:
 
 def main(args: argparse.Namespace) -> int:
     sizes = QUICK if args.quick else {"batch_sizes": args.batch_sizes, "steps": args.steps}
-    record = run(out_dir=args.out, forward=args.forward, compilation_level=args.compilation_level, **sizes)
+    record = run(out_dir=args.out, forward=args.forward, compilation_level=args.compilation_level,
+                 cpu_decode_graph=args.cpu_decode_graph, **sizes)
     print(table(record))
     print(f"wrote {args.out / 'host.json'}")
     return 0

@@ -3,8 +3,9 @@ decomposable ops replaced by their references, then Inductor; at level 2 on CPU 
 frozen (freeze.py). At level 3 the graph is split at the splitting ops first and each piece
 between them compiled alone with its weights as inputs (CPU: references + Inductor, not frozen,
 so a cached piece serves any weights of its shape; CUDA: Inductor; NPU: the piece as is), then,
-with a CaptureSpec, wrapped in a CapturedPiece. It records what each compile saw, for tests and
-for the compile-time line."""
+with a CaptureSpec, wrapped in a CapturedPiece. A decode backend (CompiledModel's decode graph,
+CPU level 2) also decomposes rope, the KV write and attention into their traceable forms. It
+records what each compile saw, for tests and for the compile-time line."""
 from __future__ import annotations
 
 import time
@@ -23,9 +24,13 @@ from ascendtile.compilation.passes.graph import ascend_op
 
 
 class AscendBackend:
-    def __init__(self, config: CompilationConfig, device_type: str, capture: CaptureSpec | None = None) -> None:
-        self.config, self.device_type, self.capture = config, device_type, capture
+    def __init__(self, config: CompilationConfig, device_type: str, capture: CaptureSpec | None = None,
+                 decode: bool = False) -> None:
+        """decode: the graphs are decode graphs (CompiledModel's, CPU): their rope, KV write and
+        attention are decomposed too (decompose.py), with or without Inductor."""
+        self.config, self.device_type, self.capture, self.decode = config, device_type, capture, decode
         self.graph_ops: list[list[str]] = []  # per compile: the ascend ops in the graph after the passes
+        self.opaque_ops: list[list[str]] = []  # per decode compile: the ascend ops left after decomposition
         self.pass_counts: list[dict[str, int]] = []  # per compile: rewrites per pass
         self.compile_seconds: list[float] = []
         self.splits: list[SplitGraph] = []  # level 3, per compile
@@ -42,9 +47,14 @@ class AscendBackend:
         if self.config.level == CompilationLevel.PIECEWISE:
             compiled = self._piecewise(gm)
         elif self.config.use_inductor:
-            freeze = self.device_type == "cpu" and self.config.level == CompilationLevel.DYNAMO_ONCE
+            # The decode graph's weights stay inputs: oneDNN's packed linear costs ~90 µs a call of
+            # set-up at decode sizes (aten's matmul ~20 µs; bench/results/2026-11-26-cpu-decode-graph.md),
+            # and packed copies would double the weight memory beside the general graph's.
+            freeze = self.device_type == "cpu" and self.config.level == CompilationLevel.DYNAMO_ONCE and not self.decode
             compiled = self._inductor(gm, example_inputs, freeze=freeze)
         else:
+            if self.decode:  # the decomposed graph runs as Python: the same values, uncompiled
+                self._decompose(gm)
             compiled = gm.forward
         self.compile_seconds.append(time.perf_counter() - start)
         return compiled
@@ -57,7 +67,7 @@ class AscendBackend:
             gm, kept = lift_parameters(gm, example_inputs)
             example_inputs = [example_inputs[i] for i in kept]
         if self.device_type == "cpu":
-            decompose_to_references(gm)
+            self._decompose(gm)
         import torch._inductor.config as inductor_config
         from torch._inductor.compile_fx import compile_fx
         from torch._inductor.runtime.cache_dir_utils import temporary_cache_dir
@@ -68,6 +78,11 @@ class AscendBackend:
         with temporary_cache_dir(self.config.cache_dir), inductor_config.patch(freezing=freeze):
             compiled = compile_fx(gm, example_inputs)
         return compiled if kept is None else taking_kept_inputs(compiled, kept)
+
+    def _decompose(self, gm: fx.GraphModule) -> None:
+        decompose_to_references(gm, self.decode)
+        if self.decode:
+            self.opaque_ops.append([name for name in map(ascend_op, gm.graph.nodes) if name])
 
     def _piecewise(self, gm: fx.GraphModule) -> Callable:
         split = split_graph(gm, self.config.splitting_ops)

@@ -10,11 +10,21 @@ per-call guard cost. That is sound because the trace depends on no input value: 
 ints reach only the attention ops (`SymInt` in their schemas) and nothing branches on a size.
 Level 3 traces exactly as level 2; its backend splits the graph at the attention ops
 (backend.py, piecewise.py) and, given a CaptureSpec, captures the pieces per size.
+
+On CPU with cpu_decode_graph set, level 2 gives decode steps (every sequence one new token) a
+graph of their own, in which rope, the KV write and attention take their traceable forms
+(decompose.py): a decode step then runs no opaque op and Inductor compiles all of it. Unlike the
+general graph it keeps its guards: Inductor's lowering of the gathers and of rope's strided writes
+guards on the batch being 1 or more, so a batch of one gets a compile of its own (Dynamo's guards,
+not an assumption, decide). Its caches are traced with static shapes, which makes the layers'
+kernels one set instead of one per layer's cache symbols; caches of another shape fail its guards
+and retrace it.
 """
 from __future__ import annotations
 
 import contextlib
 import types
+from typing import Callable
 
 import torch
 import torch._dynamo.config as dynamo_config
@@ -36,6 +46,10 @@ class CompiledModel:
         once = config.level >= CompilationLevel.DYNAMO_ONCE
         self._forward = torch.compile(_own_code(model.forward), backend=self.backend, fullgraph=once,
                                       dynamic=True if once else None)
+        self.decode_backend = (AscendBackend(config, device_type, decode=True)
+                               if device_type == "cpu" and config.level == CompilationLevel.DYNAMO_ONCE
+                               and config.cpu_decode_graph else None)
+        self._decode_forward: Callable | None = None
 
     def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor, attn_metadata: AttentionMetadata) -> torch.Tensor:
         # A validated step's ops skip their validators inside the graph too (the eager model skips
@@ -51,20 +65,50 @@ class CompiledModel:
         # would share its symbol and be specialized with it.
         with fx_config.patch(backed_size_oblivious=True, use_duck_shape=False), \
                 dynamo_config.patch(specialize_float=True):
+            if (self.decode_backend is not None and attn_metadata.validated and attn_metadata.max_seqlen_q == 1
+                    and input_ids.shape[0] == attn_metadata.num_seqs):
+                return self._run_decode(input_ids, positions, attn_metadata)
             if not self.backend.num_compiles:
                 return self._forward(input_ids, positions, attn_metadata)
             with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
                 return self._forward(input_ids, positions, attn_metadata)
 
+    def _run_decode(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                    attn_metadata: AttentionMetadata) -> torch.Tensor:
+        if self._decode_forward is None:
+            self._decode_forward = torch.compile(_own_code(self.model.forward), backend=self.decode_backend,
+                                                 fullgraph=True, dynamic=True)
+        # The decode graph evaluates its guards (Inductor's lowering of the gathers guards on the
+        # batch size being 1 or more), so a batch of one and a cache of another shape retrace it.
+        # Its caches are static while it runs: the marks live on the tensors, and the general
+        # graph must keep the caches' sizes symbolic.
+        caches = [t for attn in self.model.attention_layers() for t in vars(attn).values() if isinstance(t, torch.Tensor)]
+        for cache in caches:
+            torch._dynamo.mark_static(cache)
+        try:
+            return self._decode_forward(input_ids, positions, attn_metadata)
+        finally:
+            for cache in caches:
+                del cache._dynamo_static_indices, cache._has_dynamo_dim_marking
+
     def __getattr__(self, name: str):
         return getattr(self.model, name)
 
+    @property
+    def compile_seconds(self) -> float:
+        """Seconds spent compiling, both graphs."""
+        decode = self.decode_backend
+        return sum(self.backend.compile_seconds) + (sum(decode.compile_seconds) if decode is not None else 0.0)
+
     def describe(self) -> str:
-        """One line: level, compiles, seconds spent compiling (level 3: and the pieces compiled)."""
-        seconds = sum(self.backend.compile_seconds)
+        """One line: level, compiles, seconds spent compiling (level 3: and the pieces compiled;
+        CPU level 2: and the decode graph's compiles)."""
         pieces = sum(len(split.pieces) for split in self.backend.splits)
+        decode = self.decode_backend
         return (f"compilation level {int(self.config.level)} ({self.config.level.name}): "
-                f"{self.backend.num_compiles} compile(s){f' ({pieces} pieces)' if pieces else ''}, {seconds:.1f} s")
+                f"{self.backend.num_compiles} compile(s){f' ({pieces} pieces)' if pieces else ''}"
+                f"{f' + {decode.num_compiles} of the decode graph' if decode is not None else ''}, "
+                f"{self.compile_seconds:.1f} s")
 
 
 def _own_code(method: types.MethodType) -> types.MethodType:

@@ -49,3 +49,8 @@ def test_host_stub_does_not_compile(tmp_path):
 
     with pytest.raises(ValueError, match="compilation_level"):
         run([1], 1, tmp_path, forward="stub", compilation_level=2)
+
+
+def test_host_cpu_decode_graph_needs_level_2(tmp_path, capsys):
+    assert main(["bench", "host", "--quick", "--forward", "hollow", "--cpu-decode-graph", "--out", str(tmp_path)]) == 2
+    assert "cpu_decode_graph: only level 2" in capsys.readouterr().err

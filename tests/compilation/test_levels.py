@@ -1,10 +1,15 @@
 """Compilation levels end to end through LLM on a tiny random Llama: greedy tokens equal level 0
 at levels 1, 2 and 3, and levels 2 and 3 compile once over a 64-step generation whose steps change the
 token count, batch size, block-table width and max_seqlen ints (prefill, mixed, decode of 4 down
-to 1 sequences); over an int8 KV cache too (its scale caches are graph inputs beside the caches)."""
+to 1 sequences); over an int8 KV cache too (its scale caches are graph inputs beside the caches).
+CPU level 2's decode graph (compiled_model.py, opt-in: cpu_decode_graph) traces once too and leaves
+no opaque op over float caches (only the int8 KV write and attention over int8 ones); it retraces for caches of another
+shape and leaves no static mark on them."""
 import pytest
+import torch
 
-from ascendtile.compilation import CompiledModel
+from ascendtile.compilation import CompilationConfig, CompiledModel, compile_model
+from ascendtile.model import load_model
 from ascendtile.runtime import LLM, SamplingParams
 from compilation import tiny
 
@@ -18,11 +23,11 @@ def tiny_dir(tmp_path_factory):
     return tiny.save(tmp_path_factory.mktemp("tiny"))
 
 
-def _generate(tiny_dir, compilation_config, graph="off", kv_cache_dtype="auto"):
+def _generate(tiny_dir, compilation_config, graph="off", kv_cache_dtype="auto", max_tokens=MAX_TOKENS):
     llm = LLM(tiny_dir, max_model_len=256, max_num_seqs=4, num_kv_blocks=64, graph=graph,
               compilation_config=compilation_config, kv_cache_dtype=kv_cache_dtype)
-    params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for n in MAX_TOKENS]
-    outputs = llm.generate(PROMPTS, params, use_tqdm=False)
+    params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for n in max_tokens]
+    outputs = llm.generate(PROMPTS[:len(max_tokens)], params, use_tqdm=False)
     return llm, [o.outputs[0].token_ids for o in outputs]
 
 
@@ -35,21 +40,59 @@ def eager_tokens(tiny_dir):
 
 @pytest.mark.parametrize("level, graph", [(2, "off"), (2, "auto"), (3, "auto")])
 def test_levels_2_and_3_compile_once_over_64_steps(tiny_dir, eager_tokens, level, graph):
-    llm, tokens = _generate(tiny_dir, {"level": level, "use_inductor": False}, graph)
+    llm, tokens = _generate(tiny_dir, {"level": level, "use_inductor": False, "cpu_decode_graph": True}, graph)
     assert llm.last_stats.num_steps >= 64
     assert isinstance(llm.engine.model, CompiledModel)
     assert llm.engine.model.backend.num_compiles == 1
     assert len(llm.engine.model.backend.splits) == (level == 3)
+    decode = llm.engine.model.decode_backend
+    if level == 2:  # every decode step (4 sequences down to 1) ran the decode graph, decomposed
+        assert decode.num_compiles == 1 and decode.opaque_ops == [[]]
+    else:
+        assert decode is None
     assert tokens == eager_tokens
 
 
-def test_level_3_over_an_int8_kv_cache(tiny_dir):
+@pytest.fixture(scope="module")
+def eager_int8_tokens(tiny_dir):
+    return _generate(tiny_dir, None, kv_cache_dtype="int8")[1]
+
+
+def test_level_3_over_an_int8_kv_cache(tiny_dir, eager_int8_tokens):
     """Level 3 splits at attention with the int8 write joining it (it writes the caches and scale
     caches the attention reads); greedy tokens equal level 0's over the same int8 cache."""
-    _, eager = _generate(tiny_dir, None, kv_cache_dtype="int8")
     llm, tokens = _generate(tiny_dir, {"level": 3, "use_inductor": False}, "auto", kv_cache_dtype="int8")
     assert llm.engine.model.backend.num_compiles == 1 and len(llm.engine.model.backend.splits) == 1
-    assert tokens == eager
+    assert tokens == eager_int8_tokens
+
+
+def test_level_2_decode_graph_over_an_int8_kv_cache(tiny_dir, eager_int8_tokens):
+    llm, tokens = _generate(tiny_dir, {"level": 2, "use_inductor": False, "cpu_decode_graph": True},
+                            kv_cache_dtype="int8")
+    layers = tiny.CONFIG.num_hidden_layers
+    assert llm.engine.model.decode_backend.opaque_ops == [["reshape_and_cache_flash", "unified_attention"] * layers]
+    assert tokens == eager_int8_tokens
+
+
+def test_level_2_decode_graph_retraces_for_other_cache_shapes(tmp_path):
+    """The decode graph has the cache shapes baked in and keeps its guards: caches reallocated with
+    the same shapes reuse it, another block count retraces it; logits equal eager's on each run's
+    fresh caches."""
+    model = load_model(tiny.save(tmp_path)).model
+    compiled = compile_model(model, CompilationConfig(level=2, use_inductor=False, cpu_decode_graph=True))
+    for blocks_per_seq, compiles in ((4, 1), (4, 1), (6, 2)):
+        want = tiny.run_steps(model, blocks_per_seq=blocks_per_seq)
+        got = tiny.run_steps(model, compiled, blocks_per_seq=blocks_per_seq)
+        assert compiled.decode_backend.num_compiles == compiles
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, rtol=0, atol=1e-5)
+    caches = [t for attn in model.attention_layers() for t in vars(attn).values() if isinstance(t, torch.Tensor)]
+    assert caches and not any(hasattr(cache, "_dynamo_static_indices") for cache in caches)
+
+
+def test_level_2_decode_graph_is_opt_in(tiny_dir):
+    llm, _ = _generate(tiny_dir, {"level": 2, "use_inductor": False}, max_tokens=[3])
+    assert llm.engine.model.decode_backend is None and "decode graph" not in llm.engine.model.describe()
 
 
 def test_level_1_runs_dynamo_as_is(tiny_dir, eager_tokens):
@@ -61,9 +104,14 @@ def test_level_1_runs_dynamo_as_is(tiny_dir, eager_tokens):
 
 @pytest.mark.slow  # Inductor compiles the tiny model in tens of seconds on this CPU
 def test_level_2_with_inductor(tiny_dir, eager_tokens):
-    """CPU level 2 as shipped: the ops' references inside the graph, compiled by Inductor. One compile:
-    the first step has many tokens, and no lowering may specialize on the token count (a size-1 step
-    runs the same graph)."""
-    llm, tokens = _generate(tiny_dir, 2)
+    """CPU level 2 as shipped, with the decode graph: the ops' references inside the graphs, compiled
+    by Inductor. One compile of the general graph: the first step has many tokens, and no lowering
+    may specialize on the token count (a size-1 step runs the same graph). The decode graph keeps
+    its guards: its first step has 4 sequences, its last 1."""
+    llm, tokens = _generate(tiny_dir, {"level": 2, "cpu_decode_graph": True})
     assert llm.engine.model.backend.num_compiles == 1
+    # the decode graph: Inductor's lowering guards on a batch of one, so one compile serves the
+    # batches of 4 to 2 and one the batch of 1; no opaque op in either
+    decode = llm.engine.model.decode_backend
+    assert decode.num_compiles == 2 and decode.opaque_ops == [[], []]
     assert tokens == eager_tokens

@@ -21,9 +21,10 @@ def save(directory, seed: int = 0, randomize_norms: bool = True) -> str:
 STEPS = [{0: list(range(3, 16)), 1: [5, 9, 100]}, {0: [17], 1: [4]}, {1: [6, 7, 8]}, {0: [18]}]
 
 
-def run_steps(model, compiled=None) -> list[torch.Tensor]:
-    """Logits of STEPS on a fresh paged cache of `model`, run through `compiled` if given."""
-    driver = PagedDriver(model, 2)
+def run_steps(model, compiled=None, blocks_per_seq: int = 4) -> list[torch.Tensor]:
+    """Logits of STEPS on a fresh paged cache of `model` (blocks_per_seq blocks per sequence), run
+    through `compiled` if given."""
+    driver = PagedDriver(model, 2, blocks_per_seq=blocks_per_seq)
     if compiled is not None:
         driver.model = compiled  # the driver calls model(...) and model.compute_logits(...)
     return [driver.step(step) for step in STEPS]

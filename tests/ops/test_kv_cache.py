@@ -41,6 +41,31 @@ def test_flash_reference_matches_loop(slot_dtype, dtype):
     torch.testing.assert_close(value_cache, expect_v, rtol=0, atol=0, equal_nan=True)
 
 
+@pytest.mark.parametrize("slots", [[-1, 37, 5, -1, 80, 2], [-1, -1, -1], [-1, 9], [12], [79, 10_000, -7]])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_flash_traceable_matches_loop(slots, dtype):
+    """The decode graph's form (compilation/decompose.py), which redirects skipped tokens instead of
+    leaving them out: the same caches as the per-token loop, NaN-poisoned slots untouched, for
+    padding first, only padding (every token rewrites slot 0 with its own value), one token and
+    out-of-range slots; key/value strided, with rows past slot_mapping."""
+    from ascendtile.ops.reference.kv_cache import reshape_and_cache_flash_traceable
+
+    blocks, bs, heads, dim = 5, 16, 2, 24
+    slots = torch.tensor(slots)
+    qkv = torch.randn(len(slots) + 2, 3 * heads, dim, dtype=dtype)
+    key, value = qkv[:, heads:2 * heads], qkv[:, 2 * heads:]
+    key_cache = torch.full((blocks, bs, heads, dim), float("nan"), dtype=dtype)
+    key_cache[0, 0] = 3.0  # slot 0 holds a value: a batch of padding rewrites it unchanged
+    value_cache = key_cache.clone()
+    in_range = torch.where((slots >= 0) & (slots < blocks * bs), slots, -1)
+    expect_k, expect_v = _expected_cache(key_cache, key, in_range), _expected_cache(value_cache, value, in_range)
+    reshape_and_cache_flash_traceable(key, value, key_cache, value_cache, slots, "auto", ONE, ONE)
+    torch.testing.assert_close(key_cache, expect_k, rtol=0, atol=0, equal_nan=True)
+    torch.testing.assert_close(value_cache, expect_v, rtol=0, atol=0, equal_nan=True)
+    with pytest.raises(ValueError, match="^kv_cache_dtype: the traceable KV write takes float caches"):
+        reshape_and_cache_flash_traceable(key, value, key_cache, value_cache, slots, "int8", ONE, ONE)
+
+
 @pytest.mark.parametrize("k_pe_3d", [False, True])
 def test_mla_reference_matches_loop(k_pe_3d):
     tokens, blocks, bs = 9, 3, 16

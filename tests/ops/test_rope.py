@@ -281,3 +281,27 @@ def test_check_indices_switch(path, monkeypatch):
     OPS.rotary_embedding(positions, q, k, 64, cache, True)
     monkeypatch.setenv("ASCENDTILE_CHECK_INDICES", "0")  # off: the token is left unrotated, no error
     OPS.rotary_embedding(wrong, q, k, 64, cache, True)
+
+
+@pytest.mark.parametrize("is_neox", [True, False])
+@pytest.mark.parametrize("inverse,offset", [(False, 0), (True, 16)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_traceable_matches_reference(is_neox, inverse, offset, dtype):
+    """The decode graph's form (compilation/decompose.py) equals the reference bit for bit: q and
+    k as strided slices of one fused qkv tensor, q rotated through its [T, H*D] view, positions
+    outside the cache (-1, rows) left unrotated, a NaN row staying in its own token."""
+    from ascendtile.ops.reference.rope import rotary_embedding, rotary_embedding_traceable
+
+    tokens, heads, kv_heads, head_size, rot_dim, rows = 7, 3, 1, 64, 32, 40
+    cache = torch.randn(rows, rot_dim, dtype=dtype)
+    positions = torch.tensor([0, 39, -1, 5, 40, 12, 3])
+    qkv = torch.randn(tokens, (heads + 2 * kv_heads) * head_size, dtype=dtype)
+    qkv[5, 7] = float("nan")
+    results = []
+    for rotate in (rotary_embedding, rotary_embedding_traceable):
+        x = qkv.clone()
+        query, key = x[:, :heads * head_size], x[:, heads * head_size:].unflatten(-1, (-1, head_size))[:, :kv_heads]
+        rotate(positions, query, key, head_size, cache, is_neox, offset, inverse)
+        results.append(x)
+    torch.testing.assert_close(results[1], results[0], rtol=0, atol=0, equal_nan=True)
+    assert not torch.equal(results[0][:2], qkv[:2]) and torch.equal(results[0][2], qkv[2])

@@ -37,3 +37,51 @@ def unified_attention(out: torch.Tensor, query: torch.Tensor, key_cache: torch.T
         return gather_paged(key_cache, ids, num_k, scales[0]), gather_paged(value_cache, ids, num_k, scales[1]), block_ok
 
     run_groups(out, query, q_start, q_len, kv_len, gather, scale, softcap, sliding_window, True)
+
+
+def unified_attention_decode_traceable(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor,
+                                       value_cache: torch.Tensor, block_table: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                                       seqused_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, scale: float,
+                                       softcap: float, sliding_window: int, kv_cache_dtype: str = "auto",
+                                       k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None) -> None:
+    """unified_attention of a decode batch (every sequence brings one new token, so query row b is
+    sequence b and cu_seqlens_q is not read) over float caches, for a traced graph
+    (compilation/decompose.py): no host read and no shape that depends on values, so Inductor
+    compiles it with the rest of the step. Keys are gathered up to max_seqlen_k (a SymInt in the
+    graph) for every sequence; a key is visible where the eager path shows it (j < kv_len, its block
+    id in [0, num_blocks), inside the window), hidden keys are zeroed before the products (unused
+    slots may hold NaN) and a query with no visible key gets 0. Scores and values go through one
+    bmm per KV head: a reshape or einsum that merges the batch with the heads makes the trace (or
+    Inductor's view lowering) guard on the batch size."""
+    if kv_cache_dtype != "auto":
+        raise ValueError(f"kv_cache_dtype: the traceable decode attention reads float caches ('auto'), "
+                         f"got {kv_cache_dtype!r}")
+    batch, heads, dim = query.shape
+    torch._check(block_table.shape[0] == batch)
+    torch._check(seqused_k.shape[0] == batch)
+    num_blocks, block_size, kv_heads = key_cache.shape[:3]
+    group, blocks = heads // kv_heads, (max_seqlen_k + block_size - 1) // block_size
+    num_k = blocks * block_size
+    ids = block_table[:, :blocks].long()
+    key_pos = torch.arange(num_k, device=query.device)
+    kv_len = seqused_k.long()[:, None]
+    visible = (key_pos < kv_len) & ((ids >= 0) & (ids < num_blocks))[:, key_pos // block_size]  # [B, num_k]
+    if sliding_window > 0:
+        visible &= key_pos > kv_len - 1 - sliding_window
+    # [B, num_k] flat cache rows, read by one 2-D index: no reshape of a gathered [B * blocks, ...]
+    slots = ids.clamp(0, num_blocks - 1)[:, key_pos // block_size] * block_size + key_pos % block_size
+
+    def gathered(cache: torch.Tensor) -> torch.Tensor:
+        return torch.where(visible[..., None, None], cache.view(-1, kv_heads, dim)[slots].float(), 0.0)
+
+    keys, values = gathered(key_cache), gathered(value_cache)  # [B, num_k, KVH, D]
+    q = query.float().view(batch, kv_heads, group, dim)
+    hidden = ~visible[:, None, :]
+    heads_out = []
+    for h in range(kv_heads):  # one bmm per KV head: merging the batch with the heads would guard on it
+        scores = torch.bmm(q[:, h], keys[:, :, h].transpose(1, 2)) * scale  # [B, group, num_k]
+        if softcap > 0:
+            scores = softcap * torch.tanh(scores / softcap)
+        probs = torch.softmax(scores.masked_fill(hidden, float("-inf")), dim=-1).nan_to_num(0.0)
+        heads_out.append(torch.bmm(probs, values[:, :, h]))
+    out.copy_(torch.stack(heads_out, 1).view(batch, heads, dim))

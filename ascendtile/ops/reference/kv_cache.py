@@ -69,3 +69,28 @@ def concat_and_cache_mla(kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch
         kv_cache[block, offset, lo:hi] = stored[:, 0]
         if scales is not None:
             scale_cache[block, part, offset] = scales[:, 0]
+
+
+def reshape_and_cache_flash_traceable(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
+                                      value_cache: torch.Tensor, slot_mapping: torch.Tensor, kv_cache_dtype: str,
+                                      k_scale: torch.Tensor, v_scale: torch.Tensor,
+                                      k_scale_cache: torch.Tensor | None = None,
+                                      v_scale_cache: torch.Tensor | None = None) -> None:
+    """reshape_and_cache_flash into float caches (kv_cache_dtype "auto") for a traced graph
+    (compilation/decompose.py): the same writes, with no host read and no shape that depends on
+    values. Every token is written by one index_copy_ per cache; a skipped token (slot -1 or out of
+    range) rewrites the first written token's slot with that token's own row, so the duplicates
+    index_copy_ sees carry equal rows, and when no token is written every token rewrites slot 0
+    with the row it already holds."""
+    if kv_cache_dtype != "auto":
+        raise ValueError(f"kv_cache_dtype: the traceable KV write takes float caches ('auto'), got {kv_cache_dtype!r}")
+    tokens = slot_mapping.shape[0]
+    slots = slot_mapping.long()
+    written = (slots >= 0) & (slots < key_cache.shape[0] * key_cache.shape[1])
+    first = written.to(torch.int32).argmax().reshape(1)  # the first written token (0 when none is)
+    any_written = written.any()
+    source = torch.where(written, torch.arange(tokens, device=slots.device), first)
+    target = torch.where(written, slots, torch.where(any_written, slots.index_select(0, first), 0))
+    for rows, cache in ((key, key_cache), (value, value_cache)):
+        flat = cache.view(-1, *cache.shape[2:])
+        flat.index_copy_(0, target, torch.where(any_written, rows[:tokens].index_select(0, source), flat[0]))

@@ -7,18 +7,22 @@ from __future__ import annotations
 import torch
 
 
-def _rotate(heads: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, is_neox: bool, offset: int) -> None:
-    """Rotate dims [offset, offset + rot_dim) of heads [*tokens, H, D] in place by cos/sin
-    [*tokens, 1, rot_dim / 2]."""
-    rot = heads[..., offset : offset + 2 * cos.shape[-1]]
-    xf = rot.float()
+def _rotated(xf: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, is_neox: bool) -> torch.Tensor:
+    """fp32 rot dims xf [*tokens, H, rot_dim] rotated by cos/sin [*tokens, 1, rot_dim / 2]."""
     if is_neox:  # rotate halves: (x[:r/2], x[r/2:r])
         x1, x2 = xf.chunk(2, dim=-1)
     else:  # GPT-J: interleaved pairs (x[0::2], x[1::2])
         x1, x2 = xf[..., 0::2], xf[..., 1::2]
     o1 = x1 * cos - x2 * sin
     o2 = x2 * cos + x1 * sin
-    rot.copy_(torch.cat((o1, o2), -1) if is_neox else torch.stack((o1, o2), -1).flatten(-2))
+    return torch.cat((o1, o2), -1) if is_neox else torch.stack((o1, o2), -1).flatten(-2)
+
+
+def _rotate(heads: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, is_neox: bool, offset: int) -> None:
+    """Rotate dims [offset, offset + rot_dim) of heads [*tokens, H, D] in place by cos/sin
+    [*tokens, 1, rot_dim / 2]."""
+    rot = heads[..., offset : offset + 2 * cos.shape[-1]]
+    rot.copy_(_rotated(rot.float(), cos, sin, is_neox))
 
 
 def _rotate_tokens(heads: torch.Tensor, valid: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor,
@@ -48,3 +52,25 @@ def rotary_embedding(positions: torch.Tensor, query: torch.Tensor, key: torch.Te
         if x is not None:  # [*tokens, H*D] is viewed as [*tokens, H, D] (its last dim is contiguous)
             heads = x.unflatten(-1, (-1, head_size)) if x.dim() == token_dims + 1 else x
             _rotate_tokens(heads, valid, cos, sin, is_neox, rope_dim_offset)
+
+
+def rotary_embedding_traceable(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | None, head_size: int,
+                               cos_sin_cache: torch.Tensor, is_neox: bool, rope_dim_offset: int = 0,
+                               inverse: bool = False) -> None:
+    """rotary_embedding with positions [T] for a traced graph (compilation/decompose.py): the same
+    values, with no host read and no shape that depends on values. Every token is rotated by a
+    clamped cache row and a token outside the cache keeps its values through a select; the write
+    is an index_copy_ of every token row, because a copy_ into the strided head view makes the
+    trace guard on the token count (a graph traced at one token would then be wrong at two)."""
+    rows = cos_sin_cache.shape[0]
+    valid = ((positions >= 0) & (positions < rows))[:, None, None]
+    cos, sin = cos_sin_cache.index_select(0, positions.clamp(0, rows - 1)).float().unsqueeze(-2).chunk(2, dim=-1)
+    if inverse:
+        sin = -sin
+    every_token = torch.arange(positions.shape[0], device=positions.device)
+    for x in (query, key):
+        if x is not None:
+            heads = x.unflatten(-1, (-1, head_size)) if x.dim() == 2 else x
+            rot = heads[..., rope_dim_offset : rope_dim_offset + 2 * cos.shape[-1]]
+            xf = rot.float()
+            rot.index_copy_(0, every_token, torch.where(valid, _rotated(xf, cos, sin, is_neox), xf).to(rot.dtype))
