@@ -82,7 +82,8 @@ class CompiledModel:
         # batch size being 1 or more), so a batch of one and a cache of another shape retrace it.
         # Its caches are static while it runs: the marks live on the tensors, and the general
         # graph must keep the caches' sizes symbolic.
-        caches = [t for attn in self.model.attention_layers() for t in vars(attn).values() if isinstance(t, torch.Tensor)]
+        caches = [t for attn in self.model.attention_layers() for t in vars(attn).values()
+                  if isinstance(t, torch.Tensor) and t.dim()]  # mark_static marks nothing on a 0-dim tensor
         for cache in caches:
             torch._dynamo.mark_static(cache)
         try:

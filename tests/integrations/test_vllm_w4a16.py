@@ -18,6 +18,7 @@ import torch
 from transformers import LlamaConfig
 
 from ascendtile.model import load_model, quantize_w4a16, save_w4a16
+from ascendtile.platform import cpu_isa
 from model.helpers import PagedDriver, save_tiny
 from vllm_venv import vllm_venv
 
@@ -31,6 +32,8 @@ CONFIG = LlamaConfig(vocab_size=256, hidden_size=128, intermediate_size=256, num
 
 
 @pytest.mark.slow
+@pytest.mark.skipif("avx512f" not in cpu_isa(), reason="vLLM's CPU build has cpu_gemm_wna16 only with AVX-512 "
+                    "(this CPU: " + cpu_isa() + ")")
 def test_vllm_serves_our_w4a16_checkpoints(tmp_path):
     save_tiny(CONFIG, tmp_path / "float", randomize_norms=True)
     raw = json.loads((tmp_path / "float" / "config.json").read_text())
