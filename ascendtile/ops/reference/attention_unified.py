@@ -64,12 +64,13 @@ def unified_attention_decode_traceable(out: torch.Tensor, query: torch.Tensor, k
     num_k = blocks * block_size
     ids = block_table[:, :blocks].long()
     key_pos = torch.arange(num_k, device=query.device)
+    key_block = key_pos // block_size  # the block-table column of each key position
     kv_len = seqused_k.long()[:, None]
-    visible = (key_pos < kv_len) & ((ids >= 0) & (ids < num_blocks))[:, key_pos // block_size]  # [B, num_k]
+    visible = (key_pos < kv_len) & ((ids >= 0) & (ids < num_blocks))[:, key_block]  # [B, num_k]
     if sliding_window > 0:
         visible &= key_pos > kv_len - 1 - sliding_window
     # [B, num_k] flat cache rows, read by one 2-D index: no reshape of a gathered [B * blocks, ...]
-    slots = ids.clamp(0, num_blocks - 1)[:, key_pos // block_size] * block_size + key_pos % block_size
+    slots = ids.clamp(0, num_blocks - 1)[:, key_block] * block_size + key_pos % block_size
 
     def gathered(cache: torch.Tensor) -> torch.Tensor:
         return torch.where(visible[..., None, None], cache.view(-1, kv_heads, dim)[slots].float(), 0.0)

@@ -61,7 +61,8 @@ def rotary_embedding_traceable(positions: torch.Tensor, query: torch.Tensor, key
     values, with no host read and no shape that depends on values. Every token is rotated by a
     clamped cache row and a token outside the cache keeps its values through a select; the write
     is an index_copy_ of every token row, because a copy_ into the strided head view makes the
-    trace guard on the token count (a graph traced at one token would then be wrong at two)."""
+    trace itself guard on the token count (Inductor's reinplacing of the write still guards on a
+    count of one or more: compiled_model.py)."""
     rows = cos_sin_cache.shape[0]
     valid = ((positions >= 0) & (positions < rows))[:, None, None]
     cos, sin = cos_sin_cache.index_select(0, positions.clamp(0, rows - 1)).float().unsqueeze(-2).chunk(2, dim=-1)
