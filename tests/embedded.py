@@ -4,11 +4,10 @@ its xdist_group mark (SMOLLM2, GEMMA3), so under `--dist loadgroup` one worker b
 run. Registered for every test by tests/conftest.py."""
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 
+from ascendtile.bench.hf_gguf import hf_from_gguf
 from ascendtile.model import LoadedModel, embedded_model_path, load_model
 
 SMOLLM2 = pytest.mark.xdist_group("smollm2")
@@ -20,19 +19,10 @@ PARITY = ["The capital of Germany is", "def fibonacci(n):", "Once upon a time, i
 NEW_TOKENS = 32
 
 
-def _hf_model(name: str):
-    from transformers import AutoModelForCausalLM
-
-    path = embedded_model_path(name)
-    return AutoModelForCausalLM.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path),
-                                                dtype=torch.float32).eval()
-
-
-def _hf_tokenizer(name: str):
-    from transformers import AutoTokenizer
-
-    path = embedded_model_path(name)
-    return AutoTokenizer.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path))
+def _hf_pair(name: str):
+    """HF transformers' own fp32 model and tokenizer from the embedded GGUF, its metadata parsed
+    once for both (the parse is most of the load: ~23 s for Gemma 3's vocabulary)."""
+    return hf_from_gguf(embedded_model_path(name), torch.float32)
 
 
 @pytest.fixture(scope="session")
@@ -42,14 +32,19 @@ def smollm2() -> LoadedModel:
 
 
 @pytest.fixture(scope="session")
-def hf_smollm2():
-    """HF transformers' own fp32 loading of the same GGUF."""
-    return _hf_model("default")
+def hf_smollm2_pair():
+    return _hf_pair("default")
 
 
 @pytest.fixture(scope="session")
-def hf_smollm2_tokenizer():
-    return _hf_tokenizer("default")
+def hf_smollm2(hf_smollm2_pair):
+    """HF transformers' own fp32 loading of the same GGUF."""
+    return hf_smollm2_pair[0]
+
+
+@pytest.fixture(scope="session")
+def hf_smollm2_tokenizer(hf_smollm2_pair):
+    return hf_smollm2_pair[1]
 
 
 @pytest.fixture(scope="session")
@@ -72,10 +67,15 @@ def gemma3() -> LoadedModel:
 
 
 @pytest.fixture(scope="session")
-def hf_gemma3():
-    return _hf_model("gemma3-270m")
+def hf_gemma3_pair():
+    return _hf_pair("gemma3-270m")
 
 
 @pytest.fixture(scope="session")
-def hf_gemma3_tokenizer():
-    return _hf_tokenizer("gemma3-270m")
+def hf_gemma3(hf_gemma3_pair):
+    return hf_gemma3_pair[0]
+
+
+@pytest.fixture(scope="session")
+def hf_gemma3_tokenizer(hf_gemma3_pair):
+    return hf_gemma3_pair[1]

@@ -23,9 +23,9 @@ pytestmark = pytest.mark.slow  # a wheel build, then a model load in a fresh pro
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     """The wheel, built from a copy of the checkout (setuptools writes build/ and egg-info next to
-    the sources it builds)."""
+    the sources it builds). The venvs are left out: .venv-vllm alone is ~3.4 GB."""
     source = tmp_path_factory.mktemp("source") / "tree"
-    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(".venv", ".git", "build", "*.egg-info", "__pycache__",
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(".venv*", ".git", "build", "*.egg-info", "__pycache__",
                                                                 ".pytest_cache", ".hypothesis", ".benchmarks"))
     out = tmp_path_factory.mktemp("wheel")
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",

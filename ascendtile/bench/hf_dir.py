@@ -10,17 +10,16 @@ from pathlib import Path
 
 import torch
 
+from ascendtile.bench.hf_gguf import hf_from_gguf
+
 
 def write_hf_dir(gguf_path: Path, out_dir: Path, dtype: torch.dtype = torch.float32) -> Path:
     """Dequantise gguf_path into out_dir (created, or replaced) in dtype; returns out_dir. Reuses an
     existing out_dir written after gguf_path (the default model's takes seconds and ~0.5 GB in fp32)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     config = out_dir / "config.json"
     if config.is_file() and config.stat().st_mtime >= gguf_path.stat().st_mtime:
         return out_dir
-    model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, dtype=dtype)
-    tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+    model, tokenizer = hf_from_gguf(gguf_path, dtype)
     partial = out_dir.with_name(out_dir.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     save_hf_dir(model, tokenizer, partial)

@@ -37,15 +37,26 @@ def measured_cpu_peak(dtype: torch.dtype = torch.float32) -> DevicePeak:
     for _ in range(reps):
         dst.copy_(src)
     gbps = 2 * src.numel() * 4 * reps / (time.perf_counter() - t0) / 1e9
-    a = torch.randn(1024, 1024, dtype=dtype)
-    b = torch.randn(1024, 1024, dtype=dtype)
-    a @ b
-    reps, t0 = 5, time.perf_counter()
-    for _ in range(reps):
-        a @ b
-    tflops = 2 * 1024**3 * reps / (time.perf_counter() - t0) / 1e12
-    return DevicePeak(f"this CPU ({os.cpu_count()} cores, {cpu_isa()})", gbps, tflops,
+    return DevicePeak(f"this CPU ({os.cpu_count()} cores, {cpu_isa()})", gbps, _gemm_tflops(dtype),
                       f"measured, {str(dtype).removeprefix('torch.')} GEMM")
+
+
+def _gemm_tflops(dtype: torch.dtype) -> float:
+    """Square GEMMs of 256, 512, then 1024, stopping at the first that takes 50 ms or more: a
+    dtype without a fast path here (bf16 without bf16 dot products: ~2.5 s per 1024^3 GEMM on one
+    AVX2 core) is measured at a size where it still fills the cores, in a second, not fifteen."""
+    n = 256
+    while True:
+        a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+        a @ b
+        reps, t0 = 0, time.perf_counter()
+        while reps < 3 or time.perf_counter() - t0 < 0.1:
+            a @ b
+            reps += 1
+        seconds = (time.perf_counter() - t0) / reps
+        if n == 1024 or seconds >= 0.05:
+            return 2 * n**3 / seconds / 1e12
+        n *= 2
 
 
 def current_peak(dtype: torch.dtype = torch.float32) -> DevicePeak:

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import torch
 
+from ascendtile.bench.hf_gguf import hf_from_gguf
+
 
 @dataclass
 class RunResult:
@@ -63,12 +65,11 @@ def run_hf(gguf_path: Path, prompts: list[list[int]], output_len: int, dtype: to
     exactly output_len new tokens each (EOS ignored through min_new_tokens); greedy at
     temperature 0, else sampling with that temperature and top-p and nothing else (HF's default
     top-k of 50 is turned off, as ours has none)."""
-    from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-    model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, dtype=dtype).to(device).eval()
+    model = hf_from_gguf(gguf_path, dtype, tokenizer=False)[0].to(device)
     pad = model.config.pad_token_id if model.config.pad_token_id is not None else 0
     width = max(len(p) for p in prompts)
     input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)

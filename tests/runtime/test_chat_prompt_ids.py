@@ -12,9 +12,9 @@ from ascendtile.bench.stub_model import StubConfig, StubModel
 from ascendtile.model import LoadedModel, Tokenizer, embedded_model_path
 from ascendtile.model.loading.gguf_reader import read_gguf
 from ascendtile.runtime import LLM, SamplingParams
-from embedded import GEMMA3
+from embedded import GEMMA3, SMOLLM2
 
-pytestmark = [pytest.mark.slow, GEMMA3]
+pytestmark = pytest.mark.slow
 
 CONVERSATIONS = [
     [{"role": "user", "content": "What is the capital of France?"}],
@@ -25,8 +25,10 @@ TURN_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<start_of_turn>{{ m['rol
                  "<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
 
 
-@pytest.mark.parametrize("name, template, hf_tokenizer", [("default", None, "hf_smollm2_tokenizer"),
-                                                         ("gemma3-270m", TURN_TEMPLATE, "hf_gemma3_tokenizer")])
+# each case in its model's xdist group, whose worker builds that HF tokenizer (with its model) anyway
+@pytest.mark.parametrize("name, template, hf_tokenizer", [
+    pytest.param("default", None, "hf_smollm2_tokenizer", marks=SMOLLM2),
+    pytest.param("gemma3-270m", TURN_TEMPLATE, "hf_gemma3_tokenizer", marks=GEMMA3)])
 def test_chat_prompt_ids_equal_hf(request, name, template, hf_tokenizer):
     hf = request.getfixturevalue(hf_tokenizer)  # the session's (tests/embedded.py)
     path = embedded_model_path(name)

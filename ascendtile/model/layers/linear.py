@@ -51,6 +51,13 @@ ONEDNN_MIN_WEIGHT_ELEMENTS = 1 << 18
 # fp32 products of up to this many rows run through aten (see float_linear).
 ATEN_MAX_FP32_ROWS = 3
 
+# bf16 products of at least this many rows run in fp32 on a CPU without bf16 dot products (see
+# float_linear). aten's bf16 GEMM there costs ~0.12 ns per row and weight element (1-thread-per-
+# core AVX2 EPYC, 2026-11-26), fp32's ~0.03, and converting the weight to fp32 1-2.6 ns per element
+# (a fresh buffer each call): the conversion pays for itself from ~12 rows (576 x 1536) to ~28
+# (SmolLM2's 49,152 x 576 head).
+BF16_AS_FP32_MIN_ROWS = 32
+
 
 @dataclass(frozen=True)
 class PackedWeight:
@@ -95,7 +102,17 @@ def float_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     has an earlier run). bf16 stays packed: faster than aten at one row too. Not while Dynamo
     traces: the version check would be a data-dependent guard. A compiled graph gets its weights
     packed by Inductor's freezing instead at CPU level 2 (compilation/freeze.py); level 3's pieces
-    are not frozen, so their linears run unpacked."""
+    are not frozen, so their linears run unpacked.
+
+    bf16 on a CPU without bf16 dot products (AVX2), from BF16_AS_FP32_MIN_ROWS rows (prefill): the
+    operands are widened to fp32 (exactly) and the product rounded to bf16 once, as aten's bf16
+    GEMM does after its fp32 accumulation, at fp32 GEMM speed (a 704-token SmolLM2 prefill: 10.5 s
+    through aten's bf16, 2.0 s this way, 1.8 s in fp32; bench/results/2026-11-26-avx2-bf16-prefill.md).
+    Fewer rows read the weight in bf16: half the bytes."""
+    if (x.dtype == torch.bfloat16 and x.device.type == "cpu" and not torch.compiler.is_compiling()
+            and x.numel() >= BF16_AS_FP32_MIN_ROWS * x.shape[-1] and not cpu_has_bf16_dot()):
+        wide = F.linear(x.float(), weight.float(), None if bias is None else bias.float())
+        return wide.to(torch.bfloat16)
     if (packed is not None and not torch.compiler.is_compiling() and packed.usable_for(weight, x)
             and not (x.dtype == torch.float32 and x.numel() <= ATEN_MAX_FP32_ROWS * x.shape[-1])):
         return torch.ops.mkldnn._linear_pointwise(x, packed.packed, bias, "none", [], "")
