@@ -1,12 +1,16 @@
 """Tokenizer rebuilt from the SmolLM2 GGUF metadata vs HF's own GGUF tokenizer: ids, round trip,
 chat template rendering; incremental detokenization with multi-byte UTF-8 and BPE merges. HF's
-tokenizer is the session's (tests/embedded.py)."""
+tokenizer is the session's (tests/embedded.py), built with HF's model: these tests run in the smollm2
+xdist group, whose worker builds both anyway."""
 import json
 
 import pytest
 
 from ascendtile.model import IncrementalDetokenizer, Tokenizer, chat_template, default_model_path
 from ascendtile.model.loading.gguf_loader import GGUFFile
+from embedded import SMOLLM2
+
+pytestmark = SMOLLM2
 
 TEXTS = [
     "Hello, world!",
