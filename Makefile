@@ -15,8 +15,14 @@ VLLM_PY    := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.installed
 VLLM_REQ   := $(shell sed -n 's/^vllm = \["\(.*\)"\]$$/\1/p' pyproject.toml)
 PYTEST_ARGS ?= -n 2 --dist loadgroup --durations=15
+# The kernel and op tests on an NVIDIA GPU (tests/conftest.py, ASCENDTILE_TEST_DEVICE): upstream
+# triton compiles the kernels, so it gets a venv of its own, never the one holding triton-ascend;
+# torch is pip's default (CUDA) build there. Triton takes fp32 dot operands as TF32 on NVIDIA unless
+# TRITON_F32_DEFAULT=ieee: the tests hold fp32 kernels to fp32 (tests/tolerances.py).
+CUDA_VENV  := .venv-cuda
+CUDA_STAMP := $(CUDA_VENV)/.installed
 
-.PHONY: install install-vllm test demo info check-ascend bench clean
+.PHONY: install install-vllm test test-cuda demo info check-ascend bench clean
 
 install: $(STAMP)
 
@@ -42,6 +48,15 @@ $(VLLM_STAMP): pyproject.toml
 test: $(STAMP) $(VLLM_STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS) tests
 
+$(CUDA_STAMP): pyproject.toml
+	test -x $(CUDA_VENV)/bin/python || python3 -m venv $(CUDA_VENV)
+	$(CUDA_VENV)/bin/python -m pip install --upgrade pip
+	$(CUDA_VENV)/bin/python -m pip install torch -e ".[cuda,test]"
+	touch $(CUDA_STAMP)
+
+test-cuda: $(CUDA_STAMP)
+	ASCENDTILE_TEST_DEVICE=cuda TRITON_F32_DEFAULT=ieee $(CUDA_VENV)/bin/python -m pytest -n 4 tests/kernels tests/ops
+
 demo: $(STAMP)
 	$(VENV)/bin/ascendtile demo
 
@@ -57,4 +72,4 @@ bench: $(STAMP)
 	$(VENV)/bin/ascendtile bench e2e --compare hf
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) build *.egg-info
+	rm -rf $(VENV) $(VLLM_VENV) $(CUDA_VENV) build *.egg-info

@@ -2,8 +2,13 @@ import os
 import shutil
 import tempfile
 
-# Kernels must be decorated in interpreter mode, so this is set before ascendtile is imported.
-os.environ.setdefault("TRITON_INTERPRET", "1")
+# ASCENDTILE_TEST_DEVICE=cuda (`make test-cuda`) makes an NVIDIA GPU torch's default device: the
+# tests' tensors live there and the kernels run compiled by upstream triton, against the references
+# run on the same GPU (ASCENDTILE_KERNELS=reference, ops/_registry.py). Its scope is the kernel and
+# op tests (tests/kernels, tests/ops); the rest of the suite is written for CPU tensors.
+TEST_DEVICE = os.environ.get("ASCENDTILE_TEST_DEVICE", "cpu")
+# On CPU kernels must be decorated in interpreter mode, so this is set before ascendtile is imported.
+os.environ.setdefault("TRITON_INTERPRET", "1" if TEST_DEVICE == "cpu" else "0")
 
 # Compiles made with the default cache_dir go to a fresh directory of this session, never to the
 # user's ~/.cache/ascendtile (or a cache they point ASCENDTILE_CACHE_DIR at): a second run then
@@ -19,6 +24,9 @@ import torch  # noqa: E402
 
 import ascendtile  # noqa: E402,F401  (registers torch.ops.ascend.*)
 
+if TEST_DEVICE != "cpu":
+    torch.set_default_device(TEST_DEVICE)
+
 pytest_plugins = ["embedded", "vllm_kernels"]  # session fixtures: embedded models and HF references; vLLM's CPU kernels
 
 # pytest-xdist workers share the machine's cores: each takes its share of torch's intra-op threads,
@@ -29,6 +37,26 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
 
 def pytest_unconfigure(config):
     shutil.rmtree(SESSION_CACHE_DIR, ignore_errors=True)
+
+
+# Under `--dist loadgroup` each worker takes the next scope in collection order when it runs low,
+# a group being one scope. The groups hold the long model tests (on a 2-core AVX2 machine ~450 s
+# SmolLM2, ~300 s Gemma 3, ~200 s the Ascend gate, ~100 s the e2e bench): collected first, largest
+# first, they start at once and the short ungrouped tests fill both workers at the end, instead of
+# a group that one worker starts late running on alone.
+GROUPS_FIRST = ("smollm2", "gemma3_270m", "ascend_gate", "e2e_bench", "freezing")
+
+
+def xdist_group_of(item: pytest.Item) -> str | None:
+    marker = item.get_closest_marker("xdist_group")
+    if marker is None:
+        return None
+    return marker.args[0] if marker.args else marker.kwargs.get("name")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(GROUPS_FIRST)}
+    items.sort(key=lambda item: rank.get(xdist_group_of(item), len(GROUPS_FIRST)))
 
 
 def pytest_runtest_setup(item):
@@ -50,6 +78,15 @@ def _seed():
 def triton_path(monkeypatch):
     """Route CPU tensors to the Triton kernels (under the interpreter) for this test."""
     monkeypatch.setenv("ASCENDTILE_KERNELS", "triton")
+
+
+@pytest.fixture
+def values_checked(monkeypatch):
+    """The validators read values back (index ranges, lengths, temperatures) from CPU tensors only,
+    and from a device's with ASCENDTILE_CHECK_INDICES=1 (ops/_indices.py): set here on a GPU, so a
+    bad-input test expects the same errors on both."""
+    if TEST_DEVICE != "cpu":
+        monkeypatch.setenv("ASCENDTILE_CHECK_INDICES", "1")
 
 
 @pytest.fixture

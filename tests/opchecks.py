@@ -42,6 +42,11 @@ def run_both(op: Callable, args: Sequence, mutated: Sequence[int], **tol) -> Non
         assert_close(tri_args[i], ref_args[i], **tol)
 
 
+def seeded_generator(seed: int) -> torch.Generator:
+    """A generator on the tests' device (torch's default: a GPU under ASCENDTILE_TEST_DEVICE)."""
+    return torch.Generator(torch.get_default_device()).manual_seed(seed)
+
+
 def opcheck(op, args: Sequence) -> None:
     torch.library.opcheck(op, tuple(args))
 

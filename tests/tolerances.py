@@ -31,6 +31,19 @@ W4A16_TOLERANCES = {
 }
 
 
-def assert_close(actual: torch.Tensor, expected: torch.Tensor, **override) -> None:
-    tol = {**TOLERANCES[expected.dtype], **override}
-    torch.testing.assert_close(actual, expected, **tol, equal_nan=False)
+# Outputs the kernel and the reference compute bit-exactly on CPU (assert_close(..., exact=True)).
+# On an NVIDIA GPU (tests/conftest.py) Triton divides fp32 approximately (div.full.f32, up to 2 ulp)
+# where the interpreter and torch divide as IEEE does: a quantized value at a rounding boundary may
+# land one int8 step away, a divided fp32 value (temperature, scale) an ulp or two away.
+EXACT = {"rtol": 0, "atol": 0}
+GPU_DIVISION = {torch.float32: {"rtol": 2.4e-7, "atol": 0}, torch.int8: {"rtol": 0, "atol": 1},
+                torch.int32: {"rtol": 0, "atol": 1}}
+
+
+def exact_tolerance(dtype: torch.dtype) -> dict:
+    """rtol/atol of an output the two paths compute bit-exactly on CPU (see above)."""
+    return GPU_DIVISION.get(dtype, EXACT) if torch.get_default_device().type != "cpu" else EXACT
+
+
+def assert_close(actual: torch.Tensor, expected: torch.Tensor, exact: bool = False, **override) -> None:
+    tol = exact_tolerance(expected.dtype) if exact else {**TOLERANCES[expected.dtype], **override}

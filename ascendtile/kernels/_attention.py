@@ -24,7 +24,6 @@ import os
 import torch
 import triton
 import triton.language as tl
-from triton.language import constexpr
 
 from ascendtile.kernels._reduce import fast_max
 
@@ -77,11 +76,11 @@ def dot(a, b, UPCAST_DOT: tl.constexpr):
     return tl.dot(a, b)
 
 
-# KV_QUANT: how the paged cache stores K and V (constexpr-annotated: the kernels read them; plain
-# ints on the host).
-KV_FLOAT: constexpr = 0
-KV_INT8_STATIC: constexpr = 1
-KV_INT8_DYNAMIC: constexpr = 2
+# KV_QUANT: how the paged cache stores K and V. The host passes and names the plain ints; @jit code
+# compares with their tl.constexpr forms (_C): upstream triton lets a kernel read no other module
+# global (triton-ascend 3.2 and the interpreter accept plain ones; a GPU run found it).
+KV_FLOAT, KV_INT8_STATIC, KV_INT8_DYNAMIC = 0, 1, 2
+KV_INT8_STATIC_C, KV_INT8_DYNAMIC_C = tl.constexpr(KV_INT8_STATIC), tl.constexpr(KV_INT8_DYNAMIC)
 
 
 @triton.jit
@@ -171,7 +170,7 @@ def attend_kv_range(
     offs_n_f = offs_n.to(tl.float32)
     q_pos_f = q_pos.to(tl.float32)[:, None]
     qk_scale = scale
-    if KV_QUANT == KV_INT8_STATIC:
+    if KV_QUANT == KV_INT8_STATIC_C:
         qk_scale = scale * tl.load(ks_base)
     for pos0 in range((lo // TILE_N) * TILE_N, hi, TILE_N):
         tile_hi = hi
@@ -187,7 +186,7 @@ def attend_kv_range(
         v = as_dot_operand(load_kv_tile(v_base + row, offs_n, offs_d, stride_tok, tile_hi - pos0, D, D_PAD), q, UPCAST_DOT)
         k_scales = 1.0  # unused unless dynamic
         v_scales = 1.0
-        if KV_QUANT == KV_INT8_DYNAMIC:
+        if KV_QUANT == KV_INT8_DYNAMIC_C:
             # the tile's keys' scales: one contiguous run of the head's scale row (0 past tile_hi,
             # where the slots may hold NaN)
             s_row = tl.cast(tl.where(block_ok, block, 0), tl.int64) * (NUM_KV_HEADS * BLOCK_SIZE) + pos0 % BLOCK_SIZE
@@ -201,8 +200,8 @@ def attend_kv_range(
         if USE_WINDOW:
             visible = visible & (key_pos > q_pos_f - tl.cast(window, tl.float32))
         acc, m_i, l_i = attend_tile(q, k, v, acc, m_i, l_i, visible, qk_scale, softcap, k_scales, v_scales,
-                                    USE_SOFTCAP, UPCAST_DOT, KV_QUANT == KV_INT8_DYNAMIC)
-    if KV_QUANT == KV_INT8_STATIC:
+                                    USE_SOFTCAP, UPCAST_DOT, KV_QUANT == KV_INT8_DYNAMIC_C)
+    if KV_QUANT == KV_INT8_STATIC_C:
         acc = acc * tl.load(vs_base)
     return acc, m_i, l_i
 
@@ -212,7 +211,7 @@ def scale_bases(ks_ptr, vs_ptr, kv_head, ks_stride, vs_stride, BLOCK_SIZE: tl.co
     """attend_kv_range's ks_base / vs_base for KV head kv_head: its row of the [num_blocks, KVH,
     BLOCK_SIZE] scale caches (dynamic), or its static scales, one per head ks_stride / vs_stride
     apart (0: one for all heads)."""
-    if KV_QUANT == KV_INT8_DYNAMIC:
+    if KV_QUANT == KV_INT8_DYNAMIC_C:
         return ks_ptr + kv_head * BLOCK_SIZE, vs_ptr + kv_head * BLOCK_SIZE
     return ks_ptr + kv_head * ks_stride, vs_ptr + kv_head * vs_stride
 

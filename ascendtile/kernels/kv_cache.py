@@ -18,7 +18,6 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from triton.language import constexpr
 
 from ascendtile.kernels._int8 import quantize_kv_dynamic, quantize_kv_static
 from ascendtile.kernels._tile_io import load_tile, store_tile
@@ -35,10 +34,11 @@ def _slot_address(cache_ptr, slot, block_stride, slot_stride, BLOCK_SIZE: tl.con
     return cache_ptr + block * block_stride + (slot - block * BLOCK_SIZE) * slot_stride
 
 
-# QUANT: how a tile is stored (constexpr-annotated: the kernels read them; plain ints on the host).
-QUANT_NONE: constexpr = 0
-QUANT_STATIC: constexpr = 1
-QUANT_DYNAMIC: constexpr = 2
+# QUANT: how a tile is stored: plain ints on the host, tl.constexpr forms (_C) in @jit code (see
+# KV_QUANT in _attention.py).
+QUANT_NONE, QUANT_STATIC, QUANT_DYNAMIC = 0, 1, 2
+QUANT_NONE_C, QUANT_STATIC_C, QUANT_DYNAMIC_C = (tl.constexpr(QUANT_NONE), tl.constexpr(QUANT_STATIC),
+                                                 tl.constexpr(QUANT_DYNAMIC))
 
 
 @triton.jit
@@ -64,7 +64,7 @@ def _quantize_heads(src, dst, src_head_stride, dst_head_stride, scale, scale_str
     for h in range(N_HEADS):
         # padding lanes (masked only when DIM is not a power of two) read 0: never a row's max
         x = load_tile(src + h * src_head_stride + d, d < DIM, DIM != DIM_BLOCK).to(tl.float32)
-        if QUANT == QUANT_STATIC:
+        if QUANT == QUANT_STATIC_C:
             q = quantize_kv_static(x, tl.load(scale + h * scale_stride))
         else:
             q, row_scale = quantize_kv_dynamic(x)
@@ -77,7 +77,7 @@ def _write_heads(src, dst, src_head_stride, dst_head_stride, scale, scale_stride
                  DIM: tl.constexpr, HEAD_BLOCK: tl.constexpr, DIM_BLOCK: tl.constexpr, QUANT: tl.constexpr,
                  SCALE_ROW_STRIDE: tl.constexpr):
     """A token's N_HEADS rows into the cache: copied (QUANT_NONE) or quantized."""
-    if QUANT == QUANT_NONE:
+    if QUANT == QUANT_NONE_C:
         _copy_heads(src, dst, src_head_stride, dst_head_stride, N_HEADS, DIM, HEAD_BLOCK, DIM_BLOCK)
     else:
         _quantize_heads(src, dst, src_head_stride, dst_head_stride, scale, scale_stride, N_HEADS, DIM, DIM_BLOCK,
@@ -101,7 +101,7 @@ def _scale_slot(scale_cache_ptr, slot, ROWS: tl.constexpr, BLOCK_SIZE: tl.conste
 @triton.jit
 def _scale_for(scale_ptr, slot, ROWS: tl.constexpr, BLOCK_SIZE: tl.constexpr, QUANT: tl.constexpr):
     """What _write_heads' `scale` is: the slot's scale-cache entry (dynamic) or the static scales."""
-    if QUANT == QUANT_DYNAMIC:
+    if QUANT == QUANT_DYNAMIC_C:
         return _scale_slot(scale_ptr, slot, ROWS, BLOCK_SIZE)
     return scale_ptr
 
@@ -149,7 +149,7 @@ def concat_and_cache_mla_kernel(
             dst = _slot_address(cache_ptr, slot, block_stride, slot_stride, BLOCK_SIZE)
             scale = _scale_for(scale_ptr, slot, 2, BLOCK_SIZE, QUANT)
             _write_heads(kv_c_ptr + t64 * c_tok_stride, dst, 0, 0, scale, 0, 1, RANK, 1, RANK_BLOCK, QUANT, BLOCK_SIZE)
-            if QUANT == QUANT_DYNAMIC:
+            if QUANT == QUANT_DYNAMIC_C:
                 scale += BLOCK_SIZE  # the rope part's row of the scale cache
             _write_heads(k_pe_ptr + t64 * pe_tok_stride, dst + RANK, 0, 0, scale, 0, 1, ROPE_DIM, 1, ROPE_BLOCK,
                          QUANT, BLOCK_SIZE)

@@ -63,7 +63,7 @@ def mla_attention_kernel(
     """kv_scale_ptr: an int8 cache's scale cache [num_blocks, 2, BLOCK_SIZE] (KV_INT8_DYNAMIC) or
     its static scale (KV_INT8_STATIC); unused for a float cache."""
     rn_f = tl.arange(0, BLOCK_N).to(tl.float32)
-    if KV_QUANT == _attention.KV_INT8_STATIC:
+    if KV_QUANT == _attention.KV_INT8_STATIC_C:
         qk_scale_log2 = qk_scale_log2 * tl.load(kv_scale_ptr)
     rh = tl.arange(0, BLOCK_H)
     rn = tl.arange(0, BLOCK_N)
@@ -102,7 +102,7 @@ def mla_attention_kernel(
             k_pe = as_dot_operand(load_kv_tile(rows + L, rn, dr, stride_ks, n_keys, R, BLOCK_R), q_nope, UPCAST_DOT)
             # fp32 compare: integer vector compares are scalar code on A2/A3
             in_tile = rn_f < tl.cast(n_keys, tl.float32)
-            if KV_QUANT == _attention.KV_INT8_DYNAMIC:
+            if KV_QUANT == _attention.KV_INT8_DYNAMIC_C:
                 # the keys' latent and rope scales: contiguous runs of the block's two scale rows
                 # (0 past n_keys, where the slots may hold NaN)
                 s_row = (kv_scale_ptr + tl.cast(tl.where(block_ok, block_id, 0), tl.int64) * (2 * BLOCK_SIZE)
@@ -118,12 +118,12 @@ def mla_attention_kernel(
             alpha = tl.exp2(m - m_new)
             p = tl.exp2(s - m_new[:, None])
             l = l * alpha + tl.sum(p, 1)
-            if KV_QUANT == _attention.KV_INT8_DYNAMIC:
+            if KV_QUANT == _attention.KV_INT8_DYNAMIC_C:
                 p = p * c_scale[None, :]
             acc = acc * alpha[:, None] + dot(p.to(k_nope.dtype), k_nope, UPCAST_DOT)  # V = the k_nope tile
             m = m_new
 
-        if KV_QUANT == _attention.KV_INT8_STATIC:
+        if KV_QUANT == _attention.KV_INT8_STATIC_C:
             acc = acc * tl.load(kv_scale_ptr)
         o = finish(acc, l)  # no visible key: 0, not NaN
         if SPLIT:

@@ -65,7 +65,7 @@ def scaled_mm_kernel(
             a = tl.load(a_tile + k0 + rm[:, None] * stride_am + rk[None, :],
                         mask=row_mask[:, None] & (rk < K - k0)[None, :], other=0)
             b = _load_b(b_tile + tl.cast(k0, tl.int64) * stride_bk, rk, rn, stride_bk, stride_bn, col_mask, K - k0, B_K_CONTIGUOUS)
-            acc = tl.dot(a, b, acc)
+            acc = tl.dot(a, b, acc, out_dtype=tl.int32)  # upstream triton defaults int8 dots to fp32 results
         y = acc.to(tl.float32)
         if A_PER_ROW:
             y = y * tl.load(a_scale_ptr + row0 + rm, mask=row_mask, other=0.0)[:, None]

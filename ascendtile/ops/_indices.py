@@ -50,7 +50,7 @@ def check_slots(name: str, slot_mapping: torch.Tensor, num_blocks: int, block_si
 def check_block_table(name: str, table: torch.Tensor, num_blocks: int, block_size: int, lens: torch.Tensor) -> None:
     """Every entry a sequence reads (column j < ceil(lens[b] / block_size)) is in [0, num_blocks);
     entries past a sequence's length (-1 padding) are never read and may hold anything."""
-    if checking() and has_values(table) and table.numel():
+    if checking() and has_values(table) and has_values(lens) and table.numel():
         cols = torch.arange(table.shape[1], device=table.device)
         read = cols[None, :] * block_size < lens[:, None].to(table.device)
         bad = read & ((table < 0) | (table >= num_blocks))

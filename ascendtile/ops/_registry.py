@@ -8,8 +8,8 @@ the Triton launcher `<name>` in ascendtile/kernels/<family>.py. Dispatch:
   CPU          -> reference, or the Triton launcher when ASCENDTILE_KERNELS=triton (read per call;
                   needs TRITON_INTERPRET=1 before ascendtile is imported)
   PrivateUse1  -> Triton launcher (NPU via torch_npu; registered by key so it works before
-                  torch_npu is imported)
-  CUDA         -> Triton launcher
+                  torch_npu is imported), or the reference when ASCENDTILE_KERNELS=reference is set
+  CUDA         -> the same as PrivateUse1
   Meta/fake    -> validate, then `fake` (default: nothing, for ops that only write their
                   `Tensor!` arguments)
 
@@ -55,9 +55,12 @@ _UNCHECKED: dict[str, Callable] = {}
 _trust = threading.local()
 
 
-def kernel_path() -> str:
-    """'triton' or 'reference': which implementation CPU tensors run (read at call time)."""
-    value = os.environ.get("ASCENDTILE_KERNELS", "reference")
+def kernel_path(default: str = "reference") -> str:
+    """'triton' or 'reference': which implementation runs (read at call time). Unset, CPU tensors
+    run the reference (`default`) and device tensors the launcher (default="triton"): a device
+    runs the reference only when asked, to bisect a kernel bug or as the kernel tests' reference
+    side on a GPU (tests/conftest.py)."""
+    value = os.environ.get("ASCENDTILE_KERNELS", default)
     if value not in ("triton", "reference"):
         raise ValueError(f"ASCENDTILE_KERNELS must be 'triton' or 'reference', got {value!r}")
     return value
@@ -90,6 +93,9 @@ def register_op(name: str, schema: str, *, validate: Callable[..., None], fake: 
     def cpu_path(*args):
         return (launcher if kernel_path() == "triton" else reference)(*args)
 
+    def device_path(*args):
+        return (launcher if kernel_path(default="triton") == "triton" else reference)(*args)
+
     def cpu_impl(*args):
         if not getattr(_trust, "depth", 0):
             validate(*args)
@@ -98,7 +104,7 @@ def register_op(name: str, schema: str, *, validate: Callable[..., None], fake: 
     def device_impl(*args):
         if not getattr(_trust, "depth", 0):
             validate(*args)
-        return launcher(*args)
+        return device_path(*args)
 
     _LIB.impl(name, cpu_impl, "CPU")
     _LIB.impl(name, device_impl, "PrivateUse1")
@@ -120,7 +126,7 @@ def register_op(name: str, schema: str, *, validate: Callable[..., None], fake: 
         device = args[0].device.type
         if device == "cpu":
             return cpu_path(*args)
-        return launcher(*args) if device in ("npu", "cuda") else overload(*args)
+        return device_path(*args) if device in ("npu", "cuda") else overload(*args)
 
     _UNCHECKED[name] = unchecked_impl
     return overload

@@ -8,6 +8,7 @@ import torch
 
 from guarded import guarded, guards_intact, inner
 from opchecks import kernel_path
+from tolerances import exact_tolerance
 
 FLASH = torch.ops.ascend.reshape_and_cache_flash
 MLA = torch.ops.ascend.concat_and_cache_mla
@@ -35,7 +36,7 @@ def _run_both_exact(op, args, mutated, slots, block_size):
     targeted = torch.zeros(args[mutated[0]].shape[0] * block_size, dtype=torch.bool)
     targeted[slots[slots >= 0].long()] = True
     for i in mutated:
-        torch.testing.assert_close(tri_args[i], ref_args[i], rtol=0, atol=0, equal_nan=True)
+        torch.testing.assert_close(tri_args[i], ref_args[i], **exact_tolerance(ref_args[i].dtype), equal_nan=True)
         flat = tri_args[i].reshape(targeted.shape[0], -1)
         assert flat[~targeted].isnan().all(), "a slot outside slot_mapping was written"
         assert not flat[targeted].isnan().any()
@@ -217,7 +218,7 @@ def _run_both_int8(op, args, mutated):
     with kernel_path("triton"):
         op(*tri_args)
     for i in mutated:
-        torch.testing.assert_close(tri_args[i], ref_args[i], rtol=0, atol=0, equal_nan=True)
+        torch.testing.assert_close(tri_args[i], ref_args[i], **exact_tolerance(ref_args[i].dtype), equal_nan=True)
     return tri_args
 
 

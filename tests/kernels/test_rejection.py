@@ -5,14 +5,14 @@ its distribution, its support, the edge rules and batch independence."""
 import pytest
 import torch
 
-from opchecks import kernel_path, run_both
+from opchecks import kernel_path, run_both, seeded_generator
 from ops._rejection import ACCEPT_SALT, RECOVER_SALT, check_draws, cu_of, residual, sparse_probs
 
 import ascendtile.kernels.rejection as rejection_kernels
 
 OPS = torch.ops.ascend
 I32, I64 = torch.int32, torch.int64
-EXACT = {"rtol": 0, "atol": 0}
+EXACT = {"exact": True}  # tolerances.py
 
 
 @pytest.fixture
@@ -29,7 +29,7 @@ def test_salts_match_the_reference():
 def _batch(vocab: int, seed: int):
     counts = [3, 0, 5, 1, 2, 4, 0]
     tokens = sum(counts)
-    generator = torch.Generator().manual_seed(seed)
+    generator = seeded_generator(seed)
     target = torch.softmax(torch.randn(tokens, vocab + 3, generator=generator) * 2, -1)[:, :vocab]  # strided rows
     q = torch.softmax(torch.randn(tokens, vocab, generator=generator) * 2, -1)
     drafts = torch.multinomial(q, 1, generator=generator)[:, 0].int()
@@ -121,7 +121,7 @@ def test_recovered_support_edges_and_batch_independence(triton_path):
     """Over 1500 tokens (two 1024 chunks, a tail): every draw has p - q > 0; the edge rules of
     ascendtile/ops/rejection.py; a position's draw is the same alone and in a batch."""
     vocab, tokens = 1500, 9
-    generator = torch.Generator().manual_seed(2)
+    generator = seeded_generator(2)
     p = torch.softmax(torch.randn(tokens, vocab, generator=generator) * 3, -1)
     q = torch.softmax(torch.randn(tokens, vocab, generator=generator) * 3, -1)
     drafts = torch.randint(vocab, (tokens,), dtype=I32, generator=generator)

@@ -5,13 +5,14 @@ import pytest
 import torch
 
 from opchecks import kernel_path, run_both
+from tolerances import exact_tolerance
 from ops._sampling import INF_ROW, INF_TOKENS, NAN_CHUNK_ROW, check_uniform, draws_per_row, nonfinite_rows
 
 import ascendtile.kernels.sampling as sampling_kernels
 from ascendtile.ops.sampling import SAMPLING_EPS
 
 OPS = torch.ops.ascend
-EXACT = {"rtol": 0, "atol": 0}
+EXACT = {"exact": True}  # tolerances.py
 I32 = torch.int32
 # The interpreter's numpy warns on the inf - inf the kernels compute (and discard) on +inf rows.
 INF_MINUS_INF = pytest.mark.filterwarnings("ignore:invalid value encountered in subtract:RuntimeWarning")
@@ -90,7 +91,7 @@ def test_process_logits_nonfinite_rows_and_tiny_temperatures(small_blocks):
     with kernel_path("triton"):
         tri = logits.clone()
         OPS.process_logits(tri, temps, top_k, top_p, min_p)
-    torch.testing.assert_close(tri, ref, rtol=0, atol=0, equal_nan=True)
+    torch.testing.assert_close(tri, ref, **exact_tolerance(ref.dtype), equal_nan=True)
     assert not ref[:7].isnan().any() and ref[7:14].isnan().any() and torch.isfinite(ref[14:16]).all()
 
 

@@ -34,7 +34,8 @@ def test_scaled_mm_int32_accumulator_exact(m, k, n, triton_path):
     a, w = _int8(m, k), _int8(n, k)
     out = torch.empty(m, n)
     OPS.scaled_mm(out, a, w.t(), torch.ones(1), torch.ones(1), None)
-    assert torch.equal(out.double(), (a.long() @ w.long().t()).double())  # |acc| < 2^24: exact in fp32
+    exact = a.cpu().long() @ w.cpu().long().t()  # CUDA has no int64 GEMM
+    assert torch.equal(out.double().cpu(), exact.double())  # |acc| < 2^24: exact in fp32
 
 
 @pytest.mark.parametrize("layout", ["row_major", "strided"])
@@ -109,7 +110,7 @@ def test_scaled_mm_int32_accumulator_exact_past_2_pow_24(triton_path):
     sign = torch.tensor([1, -1, 1, -1], dtype=I8)[:, None]
     a = torch.randint(100, 128, (m, k), dtype=I8) * sign
     w = torch.randint(100, 128, (n, k), dtype=I8)
-    exact = a.long() @ w.long().t()
+    exact = (a.cpu().long() @ w.cpu().long().t()).to(a.device)  # CUDA has no int64 GEMM
     assert exact.abs().min() > 2 ** 24
     fp32_error = (_fp32_sequential(a, w.t()).double() - exact.double()).abs()
     assert (fp32_error > 0).float().mean() > 0.9  # the premise: fp32 accumulation is not exact here

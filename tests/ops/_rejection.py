@@ -4,6 +4,7 @@ uniform's hash re-derived on Python ints), and the chi-square check of draws aga
 distribution."""
 import torch
 
+from opchecks import seeded_generator
 from ops._sampling import chi2_bound
 
 I32, I64 = torch.int32, torch.int64
@@ -108,7 +109,7 @@ def sparse_probs(vocab: int, temperature: float, seed: int, every: int = 9) -> t
     every chunk), 0 elsewhere: a processed (top-k'd) target row."""
     logits = torch.full((vocab,), float("-inf"))
     kept = torch.arange(2, vocab, every)
-    logits[kept] = torch.randn(kept.shape[0], generator=torch.Generator().manual_seed(seed)) * 0.5
+    logits[kept] = torch.randn(kept.shape[0], generator=seeded_generator(seed)) * 0.5
     return torch.softmax(logits / temperature, 0)
 
 

@@ -6,6 +6,7 @@ import math
 import torch
 
 import ascendtile.ops as ak
+from opchecks import seeded_generator
 
 I32, I64 = torch.int32, torch.int64
 # Fixed seeds make every test deterministic; the chi-square bound is the 1 - 1e-4 quantile, so a
@@ -75,7 +76,7 @@ def nonfinite_rows(vocab: int = 300) -> tuple[torch.Tensor, list[set[int]], list
     in a row without a finite logit. Rows: a NaN inside a chunk; a NaN as the max of chunk 1,
     whose other tokens hold most of the mass; one +inf beside a NaN; three +inf in three chunks;
     -inf everywhere but one token; all -inf; all NaN."""
-    base = torch.randn(vocab, generator=torch.Generator().manual_seed(5))
+    base = torch.randn(vocab, generator=seeded_generator(5))
     rows = base.expand(7, -1).clone()
     rows[0, 10] = NAN
     rows[1, 64:128] += 3.0

@@ -37,7 +37,7 @@ def test_wrappers_compile():
 
 
 @pytest.mark.parametrize("name", ["silu_and_mul", "gelu_tanh_and_mul", "gelu_and_mul"])
-def test_bad_inputs(name):
+def test_bad_inputs(name, values_checked):
     gated, x = getattr(OPS, name), torch.randn(4, 64)
     raises_naming(ValueError, "input", gated, torch.empty(4, 32), torch.randn(4, 65))
     raises_naming(ValueError, "out", gated, torch.empty(4, 31), x)

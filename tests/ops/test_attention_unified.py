@@ -69,7 +69,7 @@ def test_wrapper_compiles():
     compiles(step, *_args()[1:7])
 
 
-def test_bad_inputs():
+def test_bad_inputs(values_checked):
     out, query, kc, vc, table, cu, seqused, mq, mk, scale, cap, win = _args()
     op = OPS.unified_attention
 
@@ -125,7 +125,7 @@ def test_check_indices_switch(path, monkeypatch):
 
 @pytest.mark.parametrize("q_lens,kv_lens", [([5, 5, 1, 3], [40, 6, 90, 3]), ([2, 4], [300, 9]), ([16, 1, 2], [16, 0, 2000])])
 @pytest.mark.parametrize("heads,kv_heads,window", [(9, 3, 0), (4, 4, 5)])
-def test_short_queries_take_the_shared_plan(q_lens, kv_lens, heads, kv_heads, window, monkeypatch):
+def test_short_queries_take_the_shared_plan(q_lens, kv_lens, heads, kv_heads, window, monkeypatch, reference_path):
     """Speculative decoding's verify steps (1 to SHORT_QUERIES new tokens per sequence) attend through
     the decode step's gather plan: lengths far apart (two plan groups), an empty sequence (-> 0),
     GQA, a window, NaN in every unused slot; the path is counted, so the test sees it taken."""
@@ -193,7 +193,7 @@ def test_int8_error_vs_float_cache(path, heads, kv_heads, head_size, softcap, wi
     assert 0 < err <= INT8_VS_FLOAT and 0 < paged_err <= INT8_VS_FLOAT, (err, paged_err)
 
 
-def test_bad_inputs_int8():
+def test_bad_inputs_int8(values_checked):
     out, query, kq, vq, table, cu, seqused, mq, mk, scale, cap, win, _, ks, vs = _int8_args()
     _, _, kc, vc, *_ = _args()
     op = OPS.unified_attention

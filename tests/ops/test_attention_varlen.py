@@ -40,7 +40,7 @@ def test_wrapper_compiles():
     compiles(prefill, *_args()[1:6])
 
 
-def test_bad_inputs():
+def test_bad_inputs(values_checked):
     out, q, k, v, cu_q, cu_k, mq, mk, scale, causal = _args()
     op = OPS.flash_attention_varlen
     raises_naming(ValueError, "k", op, out, q, torch.randn(9, 3, 16), torch.randn(9, 3, 16), cu_q, cu_k, mq, mk, scale, causal)

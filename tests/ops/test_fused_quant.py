@@ -17,6 +17,9 @@ import torch
 import ascendtile.ops as ak
 from opchecks import compiles, kernel_path, op_contract_tests, raises_naming
 
+# The references against numpy: on a GPU too (tests/conftest.py), where the ops run the kernels by
+# default (the kernels against the references: tests/kernels/).
+pytestmark = pytest.mark.usefixtures("reference_path")
 OPS = torch.ops.ascend
 I8 = torch.int8
 EPS = 1e-6
@@ -24,10 +27,10 @@ EPS = 1e-6
 
 def _np_rms_norm(x: torch.Tensor, w: torch.Tensor) -> np.ndarray:
     """fp32 numpy RMSNorm with HF's two roundings to the model dtype (via torch casts only)."""
-    xf = x.float().numpy()
+    xf = x.float().numpy(force=True)
     rstd = 1 / np.sqrt((xf * xf).mean(-1, keepdims=True) + np.float32(EPS))
-    normed = torch.from_numpy((xf * rstd).astype(np.float32)).to(x.dtype).float().numpy()
-    return torch.from_numpy(normed * w.float().numpy()).to(x.dtype).float().numpy()
+    normed = torch.from_numpy((xf * rstd).astype(np.float32)).to(x.dtype).float().numpy(force=True)
+    return torch.from_numpy(normed * w.float().numpy(force=True)).to(x.dtype).float().numpy(force=True)
 
 
 def _steps(a: torch.Tensor, b) -> int:
@@ -42,7 +45,7 @@ def test_dynamic_matches_numpy(dtype):
     q, scale = ak.rms_norm_dynamic_per_token_quant(x, w, EPS)
     y = _np_rms_norm(x, w)
     expect_scale = np.abs(y).max(-1, keepdims=True) / np.float32(127)
-    np.testing.assert_allclose(scale.numpy(), expect_scale, rtol=1e-6)  # numpy's mean sums in another order
+    np.testing.assert_allclose(scale.numpy(force=True), expect_scale, rtol=1e-6)  # numpy's mean sums in another order
     safe = np.where(expect_scale == 0, np.float32(1), expect_scale)
     assert _steps(q, np.clip(np.rint(y / safe), -128, 127).astype(np.int8)) <= 1
     assert scale[3].item() == 0 and (q[3] == 0).all()
@@ -65,7 +68,7 @@ def test_residual_variants_match_numpy():
 
 def test_silu_and_mul_quant_matches_numpy():
     x = torch.randn(4, 2 * 333) * 3
-    g, u = x[:, :333].numpy(), x[:, 333:].numpy()
+    g, u = x[:, :333].numpy(force=True), x[:, 333:].numpy(force=True)
     y = g / (1 + np.exp(-g)) * u
     q = ak.silu_and_mul_quant(x, torch.tensor([0.02]))
     assert _steps(q, np.clip(np.rint(y / np.float32(0.02)), -128, 127)) <= 1
@@ -136,7 +139,7 @@ def test_wrappers_compile():
     compiles(fused, torch.randn(5, 64), torch.randn(5, 64), torch.rand(64))
 
 
-def test_bad_inputs():
+def test_bad_inputs(values_checked):
     x, w, out, s = torch.randn(4, 64), torch.rand(64), torch.empty(4, 64, dtype=I8), torch.empty(4, 1)
     dyn = OPS.rms_norm_dynamic_per_token_quant
     raises_naming(TypeError, "input", dyn, out, x.to(torch.int32), w, s, EPS, None, None)

@@ -124,7 +124,7 @@ def test_wrappers_compile():
     compiles(fn, *flash[:5], *mla[:4])
 
 
-def test_bad_inputs_flash():
+def test_bad_inputs_flash(values_checked):
     key, value, kc, vc, slots, _, s, _ = _flash_args()
     op = OPS.reshape_and_cache_flash
     raises_naming(TypeError, "key", op, key.int(), value, kc, vc, slots, "auto", s, s)
@@ -158,7 +158,7 @@ def test_flash_per_head_scales(path, monkeypatch):
     assert kc.any() and torch.equal(per_head_k, kc) and torch.equal(per_head_v, vc)
 
 
-def test_bad_inputs_mla():
+def test_bad_inputs_mla(values_checked):
     kv_c, k_pe, cache, slots, _, s = _mla_args()
     op = OPS.concat_and_cache_mla
     raises_naming(TypeError, "kv_c", op, kv_c.long(), k_pe, cache, slots, "auto", s)
@@ -303,7 +303,7 @@ def test_int8_dynamic_mla_rows():
     assert scales.transpose(1, 2).reshape(-1, 2)[~written].isnan().all()  # unwritten slots keep their NaN
 
 
-def test_bad_inputs_int8():
+def test_bad_inputs_int8(values_checked):
     key, value, kc, vc, slots, _, s, _ = _flash_args()
     qc, qv = torch.zeros(kc.shape, dtype=torch.int8), torch.zeros(kc.shape, dtype=torch.int8)
     sc = torch.zeros(3, 2, 16)

@@ -60,7 +60,7 @@ def test_wrapper_compiles():
     compiles(fn, torch.randn(2, 3, 6), torch.tensor([3, 2]), torch.tensor([6, 4]))
 
 
-def test_bad_inputs():
+def test_bad_inputs(values_checked):
     out, q_lens, kv_lens, fill, window = _args()
     op = OPS.causal_mask
     raises_naming(TypeError, "out", op, out.int(), q_lens, kv_lens, fill, window)

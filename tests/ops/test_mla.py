@@ -137,7 +137,7 @@ def test_wrapper_compiles():
     compiles(attend, *_args()[1:6])
 
 
-def test_bad_inputs():
+def test_bad_inputs(values_checked):
     out, query, cache, table, cu, seqused, mq, mk, lora, scale = _args()
     op = OPS.mla_attention
 
@@ -230,7 +230,7 @@ def test_int8_error_vs_float_cache(path):
     assert 0 < err <= MLA_INT8_VS_FLOAT, err
 
 
-def test_bad_inputs_int8():
+def test_bad_inputs_int8(values_checked):
     args = _int8_args()
     op = OPS.mla_attention
     cache, kv_scale = args[2], args[11]

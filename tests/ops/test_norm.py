@@ -28,7 +28,7 @@ def test_reference_matches_fp64_formula(dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_reference_is_bitwise_hf_llama_rms_norm(dtype):
+def test_reference_is_bitwise_hf_llama_rms_norm(dtype, reference_path):
     """The tokens-identical-to-HF guarantee rests on the same fp32 ops in the same order as HF's
     LlamaRMSNorm (written out here as transformers does), strided rows included."""
     x = torch.randn(9, 2 * 576, dtype=dtype)[:, :576]
@@ -91,7 +91,7 @@ def test_wrappers_compile():
     compiles(block, torch.randn(5, 64), torch.randn(5, 64), torch.randn(64))
 
 
-def test_bad_inputs():
+def test_bad_inputs(values_checked):
     x, w = torch.randn(4, 64), torch.randn(64)
     out = torch.empty_like(x)
     raises_naming(TypeError, "input", OPS.rms_norm, out, x.to(torch.int32), w, 1e-5)

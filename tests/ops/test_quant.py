@@ -8,13 +8,16 @@ import torch
 import ascendtile.ops as ak
 from opchecks import compiles, op_contract_tests, raises_naming
 
+# The references against numpy: on a GPU too (tests/conftest.py), where the ops run the kernels by
+# default (the kernels against the references: tests/kernels/).
+pytestmark = pytest.mark.usefixtures("reference_path")
 OPS = torch.ops.ascend
 I8 = torch.int8
 
 
 def _np_quant(x: torch.Tensor, scale: np.ndarray, azp=0) -> np.ndarray:
     # numpy's rint is round-half-even, like torch.round and CUDA's cvt.rni.
-    return np.clip(np.rint(x.float().numpy() / scale) + azp, -128, 127).astype(np.int8)
+    return np.clip(np.rint(x.float().numpy(force=True) / scale) + azp, -128, 127).astype(np.int8)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
@@ -22,12 +25,12 @@ def test_dynamic_symmetric_matches_numpy(dtype):
     x = torch.randn(9, 771, dtype=dtype) * 3
     x[4] = 0  # all-zero row: scale 0, values 0, no NaN/inf
     q, scales, azp = ak.dynamic_scaled_int8_quant(x)
-    absmax = np.abs(x.float().numpy()).max(-1, keepdims=True)
+    absmax = np.abs(x.float().numpy(force=True)).max(-1, keepdims=True)
     expect_scale = absmax / np.float32(127)
     assert azp is None and scales.shape == (9, 1)
-    assert np.array_equal(scales.numpy(), expect_scale)  # scales exact
+    assert np.array_equal(scales.numpy(force=True), expect_scale)  # scales exact
     safe = np.where(expect_scale == 0, np.float32(1), expect_scale)
-    assert np.array_equal(q.numpy(), _np_quant(x, safe))
+    assert np.array_equal(q.numpy(force=True), _np_quant(x, safe))
     assert (q[4] == 0).all() and scales[4].item() == 0.0
     assert q.abs().amax(-1).tolist() == [127 if i != 4 else 0 for i in range(9)]
 
@@ -46,13 +49,14 @@ def test_dynamic_asymmetric_matches_vllm_formula():
     x = torch.randn(6, 333) + torch.arange(6)[:, None]  # rows shifted: zero points differ
     x[2] = 0
     q, scales, azp = ak.dynamic_scaled_int8_quant(x, symmetric=False)
-    xn = x.numpy()
+    xn = x.numpy(force=True)
     hi, lo = xn.max(-1, keepdims=True), xn.min(-1, keepdims=True)
     scale = (hi - lo) / np.float32(255)
     safe = np.where(scale == 0, np.float32(1), scale)
     zero = np.rint(np.float32(-128) - lo / safe)
-    assert np.array_equal(scales.numpy(), scale) and np.array_equal(azp.numpy(), zero.astype(np.int32))
-    assert np.array_equal(q.numpy(), _np_quant(x, safe, zero))
+    assert np.array_equal(scales.numpy(force=True), scale)
+    assert np.array_equal(azp.numpy(force=True), zero.astype(np.int32))
+    assert np.array_equal(q.numpy(force=True), _np_quant(x, safe, zero))
     assert q.min().item() == -128 and q.max().item() == 127
     dequant = (q.float() - azp.float()) * scales
     assert (dequant - x).abs().max() <= scales.max() * 0.5 + 1e-6
@@ -71,8 +75,9 @@ def test_static_rounds_half_to_even_and_saturates():
 def test_static_matches_numpy(dtype):
     x = torch.randn(3, 5, 129, dtype=dtype)
     scale, azp = torch.tensor([0.013]), torch.tensor([-7], dtype=torch.int32)
-    assert np.array_equal(ak.static_scaled_int8_quant(x, scale).numpy(), _np_quant(x, scale.numpy()))
-    assert np.array_equal(ak.static_scaled_int8_quant(x, scale, azp).numpy(), _np_quant(x, scale.numpy(), -7))
+    scale_np = scale.numpy(force=True)
+    assert np.array_equal(ak.static_scaled_int8_quant(x, scale).numpy(force=True), _np_quant(x, scale_np))
+    assert np.array_equal(ak.static_scaled_int8_quant(x, scale, azp).numpy(force=True), _np_quant(x, scale_np, -7))
 
 
 def _args(scale: torch.Tensor, azp: torch.Tensor | None) -> list:
@@ -95,7 +100,7 @@ def test_wrappers_compile():
     compiles(quant, torch.randn(5, 64))
 
 
-def test_bad_inputs():
+def test_bad_inputs(values_checked):
     x, out, s = torch.randn(4, 64), torch.empty(4, 64, dtype=I8), torch.tensor([0.1])
     raises_naming(TypeError, "input", OPS.static_scaled_int8_quant, out, x.to(torch.int32), s, None)
     raises_naming(TypeError, "out", OPS.static_scaled_int8_quant, torch.empty(4, 64), x, s, None)

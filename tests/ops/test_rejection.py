@@ -9,7 +9,7 @@ import torch
 
 import ascendtile.ops as ak
 from ascendtile.ops.reference import rejection as reference
-from opchecks import op_contract_tests, raises_naming
+from opchecks import op_contract_tests, raises_naming, seeded_generator
 from ops._rejection import (
     ACCEPT_SALT, RECOVER_SALT, STEP_SALT, check_draws, cu_of, greedy_rows, random_rows, residual, sparse_probs,
 )
@@ -20,7 +20,7 @@ SENTINEL = 12345  # a value no op writes: rows an op must leave alone keep it
 
 
 def _probs(tokens: int, vocab: int, seed: int) -> torch.Tensor:
-    return torch.softmax(torch.randn(tokens, vocab, generator=torch.Generator().manual_seed(seed)) * 2, -1)
+    return torch.softmax(torch.randn(tokens, vocab, generator=seeded_generator(seed)) * 2, -1)
 
 
 def test_salts_are_documented_and_distinct():
@@ -56,7 +56,7 @@ def _random_batch(vocab: int, with_q: bool, seed: int = 0):
     """Odd counts (0 drafts too), drafts that p favours or not, a padded draft, a draft q gives 0."""
     counts = [3, 0, 4, 1, 2, 5]
     tokens = sum(counts)
-    generator = torch.Generator().manual_seed(seed)
+    generator = seeded_generator(seed)
     target = _probs(tokens, vocab, seed + 1)
     q = _probs(tokens, vocab, seed + 2) if with_q else None
     drafts = torch.randint(vocab, (tokens,), generator=generator, dtype=I32)
@@ -128,7 +128,7 @@ def test_first_token_follows_target_with_sampled_drafts():
     """A draft model's token x ~ q, accepted with min(1, p/q), else the residual draw: p exactly."""
     p, q = sparse_probs(203, 1.0, seed=4), sparse_probs(203, 0.8, seed=5, every=7)
     n = 6000
-    drafts = torch.multinomial(q, n, replacement=True, generator=torch.Generator().manual_seed(6)).int()
+    drafts = torch.multinomial(q, n, replacement=True, generator=seeded_generator(6)).int()
     check_draws(_first_tokens(p, q, drafts), p.double())
 
 
@@ -165,7 +165,7 @@ def test_recovered_edge_rules():
 
 
 def _one_request(seed: int, vocab: int, k: int):
-    generator = torch.Generator().manual_seed(seed)
+    generator = seeded_generator(seed)
     target = torch.softmax(torch.randn(k, vocab, generator=generator), -1)
     q = torch.softmax(torch.randn(k, vocab, generator=generator), -1)
     drafts = torch.multinomial(q, 1, generator=generator)[:, 0].int()
@@ -240,7 +240,7 @@ test_opcheck, test_compile = op_contract_tests({
 })
 
 
-def test_bad_inputs():
+def test_bad_inputs(values_checked):
     g = _greedy_args()
     op = OPS.rejection_greedy_sample
     raises_naming(TypeError, "output_token_ids", op, g[0].long(), *g[1:])

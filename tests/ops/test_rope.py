@@ -218,7 +218,7 @@ def test_wrapper_compiles():
     compiles(fn, positions, q, k, cache)
 
 
-def test_bad_inputs():
+def test_bad_inputs(values_checked):
     positions, q, k, _, cache, _ = _args()
     op = OPS.rotary_embedding
     raises_naming(TypeError, "query", op, positions, q.to(torch.int32), k, 64, cache, True)

@@ -8,7 +8,7 @@ import torch
 import ascendtile.ops as ak
 from ascendtile.ops.reference import _sampling_draw
 from ascendtile.ops.sampling import SAMPLING_EPS
-from opchecks import op_contract_tests, raises_naming
+from opchecks import op_contract_tests, raises_naming, seeded_generator
 from ops._sampling import (
     INF, INF_ROW, INF_TOKENS, NAN, NAN_CHUNK_ROW, SETTINGS, check_distribution, check_uniform, chi2_bound, draw,
     draws_per_row, nonfinite_rows,
@@ -42,7 +42,7 @@ def test_draw_over_many_chunks_matches_softmax(way, monkeypatch):
     factor e^0.5 of uniform: each kept token expects >= 7 draws."""
     if way == "whole row":
         monkeypatch.setattr(_sampling_draw, "LIVE", 0)
-    logits = torch.rand(640, generator=torch.Generator().manual_seed(11)) * 0.5
+    logits = torch.rand(640, generator=seeded_generator(11)) * 0.5
     logits[[3, 200, 639]] = -INF
     logits[130] = NAN
     n = 8000
@@ -140,8 +140,9 @@ def test_boundary_ties_are_kept():
     kept = torch.isfinite(logits).int().tolist()
     assert kept[0] == [1, 1, 1, 1, 0, 0]  # top-2: the three tokens tied at rank 2 all stay
     assert kept[1] == [1, 1, 1, 1, 0, 0]  # top-p 0.5: the mass above each tied token is the same
-    assert kept[2] == [1, 1, 1, 1, 0, 0]  # min-p exactly at the tied value: kept (>=)
-    assert kept[3] == [1, 1, 1, 1, 0, 0]  # top-p equal to the best token's share: mass above <= top_p
+    if torch.get_default_device().type == "cpu":  # exact ties with torch.exp's values: a GPU's tl.exp is approximate
+        assert kept[2] == [1, 1, 1, 1, 0, 0]  # min-p exactly at the tied value: kept (>=)
+        assert kept[3] == [1, 1, 1, 1, 0, 0]  # top-p equal to the best token's share: mass above <= top_p
 
 
 def test_greedy_rows_take_argmax_and_stay_raw():
@@ -160,7 +161,7 @@ def test_same_seed_same_tokens_in_any_batch(batch):
     vocab = 300
     target = torch.randn(vocab) * 2
     alone = [int(draw(target[None], 1, temperature=0.9, top_p=0.95, step=s)[0]) for s in range(4)]
-    generator = torch.Generator().manual_seed(batch)
+    generator = seeded_generator(batch)
     for step in range(4):
         logits = torch.randn(batch, vocab, generator=generator) * 2
         at = int(torch.randint(batch, (1,), generator=generator))
@@ -257,7 +258,7 @@ test_opcheck, test_compile = op_contract_tests({
 })
 
 
-def test_bad_inputs():
+def test_bad_inputs(values_checked):
     logits, temps, top_k, top_p, min_p = _rows()
     raises_naming(ValueError, "temperatures", OPS.process_logits, logits, torch.tensor([0.8, -0.1, 1.0, 1.0]), top_k, top_p, min_p)
     raises_naming(ValueError, "top_k", OPS.process_logits, logits, temps, torch.tensor([0, -1, 0, 0], dtype=I32), top_p, min_p)

@@ -33,6 +33,8 @@ def test_scaled_mm_int32_exact(m, k, n, int8_gemm):
 def int8_gemm(request, monkeypatch):
     """Both CPU GEMMs of the reference: torch._int_mm (CPUs with int8 dot products) and exact fp32
     K slices (the others), whichever this CPU has; yields the torch._int_mm calls made."""
+    if torch.get_default_device().type != "cpu":
+        pytest.skip("the CPU reference's GEMMs (on a GPU the op runs the kernel: tests/kernels/test_scaled_mm.py)")
     calls = []
     int_mm = torch._int_mm
     monkeypatch.setattr(torch, "_int_mm", lambda a, b: calls.append(1) or int_mm(a, b))
@@ -97,15 +99,16 @@ test_opcheck, test_compile = op_contract_tests({
 
 
 def test_wrappers_compile():
-    def quant_linear(x, w, w_scale, bias):
+    def quant_linear(x, w, w_scale, bias, input_scale):
         y = ak.w8a8_linear(x, w, w_scale, None, bias)
-        a = ak.w8a8_linear(x, w, w_scale, torch.tensor([0.05]), None)
+        a = ak.w8a8_linear(x, w, w_scale, input_scale, None)
         return ak.scaled_mm(w[:, :48], w[:, :48].t(), w_scale[:, None], w_scale, torch.float32) + y + a
 
-    compiles(quant_linear, torch.randn(48, 64), _int8(48, 64), torch.rand(48) * 1e-2, torch.randn(48))
+    compiles(quant_linear, torch.randn(48, 64), _int8(48, 64), torch.rand(48) * 1e-2, torch.randn(48),
+             torch.tensor([0.05]))
 
 
-def test_bad_inputs():
+def test_bad_inputs(values_checked):
     x = torch.randn(4, 64)
     a, b = _int8(4, 64), _int8(64, 8)
     mm_out, a_s, b_s = torch.empty(4, 8), torch.ones(4, 1), torch.ones(8)

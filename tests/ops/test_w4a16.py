@@ -96,7 +96,7 @@ test_opcheck, test_compile = op_contract_tests({
 })
 
 
-def test_bad_inputs():
+def test_bad_inputs(values_checked):
     x, (qweight, scales, mins) = torch.randn(4, 64), random_w4a16(8, 64, 32)
     op = OPS.w4a16_linear
     raises_naming(TypeError, "input", op, x.long(), qweight, scales, mins, 32, None)

@@ -167,12 +167,12 @@ def _attend_group(query: torch.Tensor, group: DecodeGroup, kv: tuple, scale: flo
     q = query.float().unflatten(1, (kv_heads, heads // kv_heads))
     # Softcapped scores: one bmm per KV head against its strided [G, S, D] slice of the gathered
     # rows: GQA without expanding K/V to every query head, and no copy of K/V into a head-major layout.
-    scores = torch.empty(kv_heads, batch, q.shape[2], group.num_k)
+    scores = torch.empty(kv_heads, batch, q.shape[2], group.num_k, device=q.device)
     for h in range(kv_heads):
         torch.bmm(q[:, h], k[:, :, h].transpose(1, 2), out=scores[h])
     scores.mul_(scale).div_(softcap).tanh_().mul_(softcap)
     probs = torch.softmax(scores.add_(group.bias(window)), dim=-1)
-    o = torch.empty(kv_heads, batch, q.shape[2], dim)
+    o = torch.empty(kv_heads, batch, q.shape[2], dim, device=q.device)
     for h in range(kv_heads):
         torch.bmm(probs[h], v[:, :, h], out=o[h])
     return o.permute(1, 0, 2, 3).flatten(1, 2).nan_to_num_(0.0)  # no visible key -> 0

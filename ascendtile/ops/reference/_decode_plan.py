@@ -53,9 +53,10 @@ class DecodeGroup:
         if window not in self._biases:
             hidden = self.hidden
             if window > 0:
-                hidden = hidden | (torch.arange(self.num_k) <= (self.kv_len - 1 - window)[:, None])
-            self._biases[window] = torch.zeros(self.num_seqs, 1, self.num_k).masked_fill_(hidden[:, None],
-                                                                                          float("-inf"))
+                key_pos = torch.arange(self.num_k, device=hidden.device)
+                hidden = hidden | (key_pos <= (self.kv_len - 1 - window)[:, None])
+            self._biases[window] = torch.zeros(self.num_seqs, 1, self.num_k, device=hidden.device).masked_fill_(
+                hidden[:, None], float("-inf"))
         return self._biases[window]
 
     def queries(self, q_start: torch.Tensor, q_len: torch.Tensor, window: int) -> QueryLayout:
@@ -74,7 +75,7 @@ class DecodeGroup:
         heads, dim = cache.shape[2:]
         key = (name, cache.dtype, heads, dim)
         if key not in self._buffers:
-            self._buffers[key] = torch.empty(self.slots.numel(), heads * dim, dtype=cache.dtype)
+            self._buffers[key] = torch.empty(self.slots.numel(), heads * dim, dtype=cache.dtype, device=cache.device)
         rows = self._buffers[key]
         torch.index_select(cache.reshape(-1, heads * dim), 0, self.slots, out=rows)
         return rows.view(self.num_seqs, self.num_k, heads, dim)
@@ -96,17 +97,17 @@ class QueryLayout:
     def __init__(self, group: DecodeGroup, q_start: torch.Tensor, q_len: torch.Tensor, window: int) -> None:
         self.q_start, self.q_len = q_start, q_len
         self.num_q = num_q = int(q_len.max())
-        pos = torch.arange(num_q)
+        pos = torch.arange(num_q, device=q_len.device)
         real = pos[None, :] < q_len[:, None]  # [G, num_q]
         flat = q_start[:, None] + torch.minimum(pos[None, :], (q_len - 1)[:, None])
         self.rows, self.kept = flat.flatten(), real.flatten().nonzero().flatten()
         self.dest = self.rows.index_select(0, self.kept)
         q_pos = (group.kv_len - q_len)[:, None] + pos[None, :]  # [G, num_q]
-        key_pos = torch.arange(group.num_k)[None, None, :]
+        key_pos = torch.arange(group.num_k, device=q_len.device)[None, None, :]
         hidden = key_pos > q_pos[..., None]
         if window > 0:
             hidden |= key_pos <= q_pos[..., None] - window
-        self.bias = torch.zeros(hidden.shape).masked_fill_(hidden, float("-inf"))[:, None]
+        self.bias = torch.zeros(hidden.shape, device=hidden.device).masked_fill_(hidden, float("-inf"))[:, None]
 
 
 class DecodePlan:
@@ -148,7 +149,7 @@ def split_by_length(lengths: list[int]) -> list[list[int]]:
 def _group(ids: torch.Tensor, kv_len: torch.Tensor, rows: torch.Tensor | None, num_blocks: int,
            block_size: int) -> DecodeGroup:
     num_k = max(int(kv_len.max()), 1)
-    key_pos = torch.arange(num_k)
+    key_pos = torch.arange(num_k, device=kv_len.device)
     # Padding reads the last key (see the module doc); a sequence without keys reads its position 0,
     # whose clamped block id is in range, and sees nothing anyway.
     pos = torch.minimum(key_pos[None, :], (kv_len - 1).clamp(min=0)[:, None])
@@ -163,7 +164,7 @@ def _build(block_table: torch.Tensor, seq_lens: torch.Tensor, num_blocks: int, b
     if blocks > block_table.shape[1]:
         return None
     ids = block_table[:, :blocks].long()
-    read = torch.arange(blocks)[None, :] * block_size < kv_len[:, None]
+    read = torch.arange(blocks, device=kv_len.device)[None, :] * block_size < kv_len[:, None]
     if bool((((ids < 0) | (ids >= num_blocks)) & read).any()):
         return None  # a read block id is out of range: its keys must be hidden (the general path)
     members = split_by_length(lengths)
@@ -172,7 +173,7 @@ def _build(block_table: torch.Tensor, seq_lens: torch.Tensor, num_blocks: int, b
                           [_group(ids, kv_len, None, num_blocks, block_size)])
     groups = []
     for seqs in members:
-        rows = torch.tensor(seqs)
+        rows = torch.tensor(seqs, device=kv_len.device)
         groups.append(_group(ids[rows], kv_len[rows], rows, num_blocks, block_size))
     return DecodePlan(block_table, seq_lens, num_blocks, block_size, groups)
 

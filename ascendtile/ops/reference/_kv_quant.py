@@ -18,7 +18,8 @@ def quantize_dynamic(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Rows x [..., D] (any float dtype) -> (int8 values [..., D], fp32 scales [...])."""
     xf = x.float()
     finite = xf.isfinite().all(-1)
-    scale = torch.where(finite, xf.abs().amax(-1) / LIMIT, float("nan"))
+    # a tensor divisor: CUDA torch multiplies by a host scalar's reciprocal (ops/reference/quant.py)
+    scale = torch.where(finite, xf.abs().amax(-1) / xf.new_tensor(LIMIT), float("nan"))
     divisor = torch.where(scale > 0, scale, 1.0)  # zero rows (and NaN-scale rows, zeroed below)
     q = torch.round(xf / divisor[..., None]).clamp_(-LIMIT, LIMIT)
     return q.masked_fill_(~finite[..., None], 0.0).to(torch.int8), scale

@@ -25,14 +25,16 @@ def _safe(scale: torch.Tensor) -> torch.Tensor:
 
 def dynamic_symmetric(xf: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-row scale = max|x| / 127 and the quantized rows (fp32 holding int8 values)."""
-    scale = xf.abs().amax(-1, keepdim=True) / 127
+    # Divided by a tensor on x's device, not by a Python number: CUDA torch turns a division by a
+    # host scalar into a multiply by its reciprocal, an ulp away from IEEE division at times.
+    scale = xf.abs().amax(-1, keepdim=True) / xf.new_tensor(127.0)
     return round_saturate(xf / _safe(scale)), scale
 
 
 def dynamic_asymmetric(xf: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """vLLM's asymmetric scheme: scale = (max - min) / 255, azp = round(-128 - min / scale)."""
     hi, lo = xf.amax(-1, keepdim=True), xf.amin(-1, keepdim=True)
-    scale = (hi - lo) / 255
+    scale = (hi - lo) / xf.new_tensor(255.0)  # see dynamic_symmetric
     safe = _safe(scale)
     azp = torch.round(-128 - lo / safe)
     return round_saturate(xf / safe, azp), scale, azp

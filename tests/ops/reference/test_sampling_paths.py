@@ -8,7 +8,11 @@ import torch
 
 import ascendtile.ops as ak
 from ascendtile.ops.reference import _sampling_draw, _sampling_filter
+from opchecks import seeded_generator
 from ops._sampling import SETTINGS, check_distribution
+
+# The references' own paths: on a GPU too (tests/conftest.py), where the ops run the kernels by default.
+pytestmark = pytest.mark.usefixtures("reference_path")
 
 I32, I64 = torch.int32, torch.int64
 
@@ -32,7 +36,7 @@ def located_widths(monkeypatch) -> list[int]:
 
 def _batch(vocab: int = 4000):
     """Peaked rows (small nuclei, as a model's) with every filter, greedy and temperature-only rows."""
-    logits = torch.randn(10, vocab, generator=torch.Generator().manual_seed(0)) * 5
+    logits = torch.randn(10, vocab, generator=seeded_generator(0)) * 5
     temps = torch.tensor([1.0, 0.8, 1.0, 0.7, 1.2, 1.0, 0.9, 0.0, 1.0, 0.6])
     top_k = torch.tensor([0, 20, 7, 0, 50, 0, 30, 5, 0, 0], dtype=I32)
     top_p = torch.tensor([0.9, 0.8, 1.0, 1.0, 1.0, 0.95, 0.99, 0.5, 1.0, 0.7])
@@ -108,7 +112,7 @@ def test_radix_fallback_follows_the_filtered_distribution(setting, monkeypatch, 
 
 @pytest.mark.parametrize("vocab", [4096, 4000])  # the grouped scan of seen tokens, and the whole-row scan
 def test_penalties_on_seen_tokens_match_the_dense_formula(vocab):
-    gen = torch.Generator().manual_seed(vocab)
+    gen = seeded_generator(vocab)
     slots, rows = 6, torch.tensor([4, -1, 0, 2, 5], dtype=I32)
     counts = torch.randint(0, 3, (slots, vocab), dtype=I32, generator=gen)
     counts *= torch.rand(slots, vocab, generator=gen) < 0.01
