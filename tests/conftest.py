@@ -39,26 +39,6 @@ def pytest_unconfigure(config):
     shutil.rmtree(SESSION_CACHE_DIR, ignore_errors=True)
 
 
-# Under `--dist loadgroup` each worker takes the next scope in collection order when it runs low,
-# a group being one scope. The groups hold the long model tests (on a 2-core AVX2 machine ~450 s
-# SmolLM2, ~300 s Gemma 3, ~200 s the Ascend gate, ~100 s the e2e bench): collected first, largest
-# first, they start at once and the short ungrouped tests fill both workers at the end, instead of
-# a group that one worker starts late running on alone.
-GROUPS_FIRST = ("smollm2", "gemma3_270m", "ascend_gate", "e2e_bench", "freezing")
-
-
-def xdist_group_of(item: pytest.Item) -> str | None:
-    marker = item.get_closest_marker("xdist_group")
-    if marker is None:
-        return None
-    return marker.args[0] if marker.args else marker.kwargs.get("name")
-
-
-def pytest_collection_modifyitems(config, items):
-    rank = {name: i for i, name in enumerate(GROUPS_FIRST)}
-    items.sort(key=lambda item: rank.get(xdist_group_of(item), len(GROUPS_FIRST)))
-
-
 def pytest_runtest_setup(item):
     """Under `--dist loadgroup` a test marked `xdist_group` runs on its group's one worker only if
     pytest-xdist tagged its id with the group. Untagged, the group's module and session fixtures
