@@ -15,6 +15,19 @@ class LoweringCase:
     expect_mode: str = "aiv"  # "aiv" (vector cores) or "mix" (tl.dot on the cube core)
 
 
+def signature(case: LoweringCase) -> dict[str, str]:
+    """The compiler's signature of the case: every kernel argument -> its type, or "constexpr"."""
+    types = {}
+    for arg in case.kernel.arg_names:
+        if arg in case.constexprs:
+            types[arg] = "constexpr"
+        elif arg in case.arg_types:
+            types[arg] = case.arg_types[arg]
+        else:
+            raise ValueError(f"{case.name}: no type or constexpr value for kernel argument {arg!r}")
+    return types
+
+
 def signature_types(kernel: Any, dtype: str, constexprs: dict[str, Any] | None = None, **overrides: str) -> dict[str, str]:
     """A case's `arg_types` derived from the kernel's argument names: `*_ptr` arguments point to
     `dtype`, every other runtime argument is i32, except the `overrides` (e.g. table_ptr="*i32",

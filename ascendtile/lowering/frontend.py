@@ -9,7 +9,7 @@ import dataclasses
 import re
 from typing import Any
 
-from ascendtile.lowering.case import LoweringCase
+from ascendtile.lowering.case import LoweringCase, signature
 
 TARGET_ARCH = "Ascend910B4"
 
@@ -29,20 +29,12 @@ def lower_to_linalg(case: LoweringCase) -> str:
     from triton.backends.ascend.compiler import make_ttir, ttir_to_linalg
     from triton.compiler.compiler import ASTSource
 
-    signature = {}
-    for arg in case.kernel.arg_names:
-        if arg in case.constexprs:
-            signature[arg] = "constexpr"
-        elif arg in case.arg_types:
-            signature[arg] = case.arg_types[arg]
-        else:
-            raise ValueError(f"{case.name}: no type or constexpr value for kernel argument {arg!r}")
     ascend = backend()
     options = ascend.parse_options({})
     context = ir.context()
     ir.load_dialects(context)
     ascend.load_dialects(context)
-    source = ASTSource(case.kernel, signature, dict(case.constexprs))
+    source = ASTSource(case.kernel, signature(case), dict(case.constexprs))
     module = source.make_ir(options, ascend.get_codegen_implementation(), ascend.get_module_map(), context)
     # as triton's compile() builds it: the options' fields (A2 computes enable_select_analysis
     # False, for example) plus the kernel hash

@@ -13,7 +13,6 @@ lower, so `run_gate` runs in a fresh subprocess whenever the interpreter is on.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import os
 import subprocess
@@ -22,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from ascendtile.lowering.case import LoweringCase
-from ascendtile.lowering.cases import all_cases, check_families
+from ascendtile.lowering.cases import all_cases, cases_of, check_families
 from ascendtile.lowering.frontend import TARGET_ARCH, backend, inspect_lowered, lower_to_linalg
 from ascendtile.lowering.hivm import HivmResult, compile_hivm
 
@@ -113,18 +112,13 @@ def lower_all(cases: list[LoweringCase]) -> list[LoweringReport]:
     return [_merge(report, result) if result else report for (report, _), result in zip(fronts, results)]
 
 
-def _cases_from(target: str) -> list[LoweringCase]:
-    module, _, function = target.partition(":")
-    return getattr(importlib.import_module(module), function)()
-
-
 def run_gate(families: list[str] | None = None, cases_from: str | None = None) -> list[LoweringReport]:
     """Every case of the given families (default: all), or the cases `module:function` returns
     (e.g. the gate's positive controls); in a clean subprocess if the interpreter is on here.
     Unknown families are a ValueError here, before any subprocess."""
     check_families(families)
     if os.environ.get("TRITON_INTERPRET", "0") != "1":
-        return lower_all(_cases_from(cases_from) if cases_from else all_cases(families))
+        return lower_all(cases_of(cases_from) if cases_from else all_cases(families))
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)  # what imports here imports there
     cmd = [sys.executable, "-m", "ascendtile.lowering.gate", "--json"]

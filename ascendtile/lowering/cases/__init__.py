@@ -29,6 +29,12 @@ def check_families(families: list[str] | None) -> None:
         raise ValueError(f"families: unknown kernel families {sorted(unknown)}; known: {sorted(KERNEL_MODULES)}")
 
 
+def cases_of(target: str) -> list[LoweringCase]:
+    """The cases "module:function" returns (the positive controls, say)."""
+    module, _, function = target.partition(":")
+    return getattr(importlib.import_module(module), function)()
+
+
 def all_cases(families: list[str] | None = None) -> list[LoweringCase]:
     check_families(families)
     return [case for family in KERNEL_MODULES if not families or family in families for case in family_cases(family)]
