@@ -12,7 +12,6 @@ import ascendtile.kernels.rejection as rejection_kernels
 
 OPS = torch.ops.ascend
 I32, I64 = torch.int32, torch.int64
-EXACT = {"exact": True}  # tolerances.py
 
 
 @pytest.fixture
@@ -49,7 +48,7 @@ def test_greedy(all_greedy):
     b = _batch(50, 0)
     out = torch.full((7, 6), 12345, dtype=I32)
     run_both(OPS.rejection_greedy_sample, [out, b["cu"], b["drafts"], b["argmax"], b["bonus"],
-                                           None if all_greedy else b["greedy"]], mutated=[0], **EXACT)
+                                           None if all_greedy else b["greedy"]], mutated=[0], exact=True)
 
 
 @pytest.mark.parametrize("with_q", [False, True])
@@ -59,7 +58,7 @@ def test_random_acceptance(with_q):
     out = torch.full((7, 6), 12345, dtype=I32)
     args = [out, b["cu"], b["drafts"], b["q"] if with_q else None, b["target"], b["bonus"], b["recovered"], b["seeds"],
             b["steps"], b["greedy"]]
-    run_both(OPS.rejection_random_sample, args, mutated=[0], **EXACT)
+    run_both(OPS.rejection_random_sample, args, mutated=[0], exact=True)
     with kernel_path("triton"):
         OPS.rejection_random_sample(*args)
     assert (out[b["greedy"]] == 12345).all() and not (out[~b["greedy"]] == 12345).any()
@@ -74,7 +73,7 @@ def test_random_acceptance_many_seeds_agree():
     args = [torch.full((n, 2), 7, dtype=I32), torch.arange(1, n + 1, dtype=I32), drafts, q, target,
             torch.full((n,), 5, dtype=I32), torch.zeros(n, dtype=I32), torch.arange(n, dtype=I64) * 7919,
             torch.arange(n, dtype=I64), torch.zeros(n, dtype=torch.bool)]
-    run_both(OPS.rejection_random_sample, args, mutated=[0], **EXACT)
+    run_both(OPS.rejection_random_sample, args, mutated=[0], exact=True)
     with kernel_path("triton"):
         OPS.rejection_random_sample(*args)
     accepted = float((args[0][:, 0] == drafts).double().mean())

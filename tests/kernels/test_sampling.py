@@ -12,7 +12,6 @@ import ascendtile.kernels.sampling as sampling_kernels
 from ascendtile.ops.sampling import SAMPLING_EPS
 
 OPS = torch.ops.ascend
-EXACT = {"exact": True}  # tolerances.py
 I32 = torch.int32
 # The interpreter's numpy warns on the inf - inf the kernels compute (and discard) on +inf rows.
 INF_MINUS_INF = pytest.mark.filterwarnings("ignore:invalid value encountered in subtract:RuntimeWarning")
@@ -39,7 +38,7 @@ def _params(rows: int, vocab: int):
 def test_process_logits(vocab):
     logits = torch.randn(10, vocab + 5)[:, :vocab] * 4  # strided rows
     logits[9] = torch.randn(vocab) * 0.01  # nearly flat: the nucleus is wider than the candidates
-    run_both(OPS.process_logits, [logits, *_params(10, vocab)], mutated=[0], **EXACT)
+    run_both(OPS.process_logits, [logits, *_params(10, vocab)], mutated=[0], exact=True)
 
 
 def test_process_logits_boundary_ties():
@@ -49,7 +48,7 @@ def test_process_logits_boundary_ties():
     # min-p at e^-1 - 1e-4: an exact e^-1 would compare torch's exp with numpy's (the interpreter).
     min_p = torch.tensor([0.0, 0.0, 0.3678])
     args = [logits, torch.ones(3), top_k, top_p, min_p]
-    run_both(OPS.process_logits, args, mutated=[0], **EXACT)
+    run_both(OPS.process_logits, args, mutated=[0], exact=True)
 
 
 @pytest.mark.parametrize("vocab", [37, 3000])
