@@ -18,7 +18,8 @@ general graph it keeps its guards: Inductor's lowering of the gathers and of rop
 guards on the batch being 1 or more, so a batch of one gets a compile of its own (Dynamo's guards,
 not an assumption, decide). Its caches are traced with static shapes, which makes the layers'
 kernels one set instead of one per layer's cache symbols; caches of another shape fail its guards
-and retrace it.
+and retrace it. W4A16 linears take torch's int4 kernel there (model/layers/int4pack.py), as eager
+decode does; the general graph runs their exact op.
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ from ascendtile.compilation.backend import AscendBackend
 from ascendtile.compilation.config import CompilationConfig, CompilationLevel
 from ascendtile.compilation.piece_capture import CaptureSpec
 from ascendtile.model.attention_metadata import AttentionMetadata
+from ascendtile.model.layers import int4pack
 from ascendtile.ops._registry import trusted_calls
 
 
@@ -87,7 +89,8 @@ class CompiledModel:
         for cache in caches:
             torch._dynamo.mark_static(cache)
         try:
-            return self._decode_forward(input_ids, positions, attn_metadata)
+            with int4pack.guarded_graph():
+                return self._decode_forward(input_ids, positions, attn_metadata)
         finally:
             for cache in caches:
                 del cache._dynamo_static_indices, cache._has_dynamo_dim_marking

@@ -10,6 +10,7 @@ import torch
 
 from ascendtile.compilation import CompilationConfig, CompiledModel, compile_model
 from ascendtile.model import load_model
+from ascendtile.model.layers import int4pack
 from ascendtile.runtime import LLM, SamplingParams
 from compilation import tiny
 
@@ -23,9 +24,10 @@ def tiny_dir(tmp_path_factory):
     return tiny.save(tmp_path_factory.mktemp("tiny"))
 
 
-def _generate(tiny_dir, compilation_config, graph="off", kv_cache_dtype="auto", max_tokens=MAX_TOKENS):
+def _generate(tiny_dir, compilation_config, graph="off", kv_cache_dtype="auto", max_tokens=MAX_TOKENS,
+              quantization=None):
     llm = LLM(tiny_dir, max_model_len=256, max_num_seqs=4, num_kv_blocks=64, graph=graph,
-              compilation_config=compilation_config, kv_cache_dtype=kv_cache_dtype)
+              compilation_config=compilation_config, kv_cache_dtype=kv_cache_dtype, quantization=quantization)
     params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for n in max_tokens]
     outputs = llm.generate(PROMPTS[:len(max_tokens)], params, use_tqdm=False)
     return llm, [o.outputs[0].token_ids for o in outputs]
@@ -72,6 +74,33 @@ def test_level_2_decode_graph_over_an_int8_kv_cache(tiny_dir, eager_int8_tokens)
     layers = tiny.CONFIG.num_hidden_layers
     assert llm.engine.model.decode_backend.opaque_ops == [["reshape_and_cache_flash", "unified_attention"] * layers]
     assert tokens == eager_int8_tokens
+
+
+@pytest.mark.skipif(not int4pack.cpu_vectorises_int4pack(), reason="no int4 pack on this CPU")
+def test_level_2_decode_graph_takes_the_int4_pack(tiny_dir):
+    """W4A16 (RTN, bf16 activations): the decode graph multiplies through torch's int4 kernel, as
+    eager decode does, so no w4a16_linear op is left in it; the packs enter it with static shapes
+    (symbolic ones reach the q/k/v slices, which Inductor cannot lower); the general graph, which
+    runs without evaluating guards, keeps the exact op. Greedy tokens equal eager W4A16's."""
+    eager = _generate(tiny_dir, None, quantization="w4a16")[1]
+    llm = LLM(tiny_dir, max_model_len=256, max_num_seqs=4, num_kv_blocks=64, quantization="w4a16",
+              compilation_config={"level": 2, "use_inductor": False, "cpu_decode_graph": True})
+    model, linears = llm.engine.model, 4 * tiny.CONFIG.num_hidden_layers
+    backend, pack_shapes = model.decode_backend, []
+
+    def spying_backend(gm, example_inputs):
+        pack_shapes.extend(node.meta["example_value"].shape for node in gm.graph.nodes if node.op == "placeholder"
+                           and node.name.endswith(("_packed_packed", "_packed_scale_and_zeros")))
+        return backend(gm, example_inputs)
+
+    model.decode_backend = spying_backend
+    params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for n in MAX_TOKENS]
+    tokens = [o.outputs[0].token_ids for o in llm.generate(PROMPTS, params, use_tqdm=False)]
+    model.decode_backend = backend
+    assert len(pack_shapes) == 2 * linears and all(isinstance(size, int) for shape in pack_shapes for size in shape)
+    assert model.backend.graph_ops[0].count("w4a16_linear") == linears
+    assert backend.num_compiles == 1 and backend.opaque_ops == [[]]
+    assert tokens == eager
 
 
 def test_level_2_decode_graph_retraces_for_other_cache_shapes(tmp_path):

@@ -1,11 +1,12 @@
 """Linear's W4A16 kind: the shell's parameters, which path runs (torch's int4pack kernel for bf16
-decode-sized batches on a CPU with bf16 dot products, the exact op otherwise), the int4pack
+decode-sized batches on an AVX2 / AVX-512 CPU, the exact op otherwise), the int4pack
 convention w = (q − 8)·scale + zero, its bf16 numerics, staleness, deep copies, state_dict, the
 tensor-parallel group check, and bad group sizes.
 
 bf16 bound for the int4pack path against the float64 value of the exact weights: its scale and
 zero are rounded to bf16 (2^-9 relative each) and its output once more; on unit-scale outputs
 (tests/ops/_w4a16.py's data, |y| up to ~3.7) measured up to 0.012: atol 0.03, rtol 0.016."""
+import contextlib
 import copy
 
 import pytest
@@ -20,7 +21,8 @@ from ascendtile.ops.reference.w4a16 import dequantize_w4a16
 from ops._w4a16 import float64_linear, float64_weight, random_w4a16
 
 INT4PACK_BF16 = {"rtol": 1.6e-2, "atol": 3e-2}
-needs_bf16_dot = pytest.mark.skipif(not int4pack.cpu_has_bf16_dot(), reason="int4pack is used only with bf16 dot products")
+needs_int4pack = pytest.mark.skipif(not int4pack.cpu_vectorises_int4pack(),
+                                    reason="int4pack is used only where torch's CPU kernels are AVX2 / AVX-512 builds")
 
 
 def _w4a16(k: int = 576, sizes=(960, 192), group_size: int = 32, dtype=torch.bfloat16, bias: bool = True,
@@ -40,9 +42,10 @@ def _w4a16(k: int = 576, sizes=(960, 192), group_size: int = 32, dtype=torch.bfl
 
 @pytest.fixture
 def calls(monkeypatch):
-    """Counts of the int4pack kernel's and the op's calls."""
+    """Counts of the int4pack path's and the op's calls (the path, not torch's kernel: a patched
+    torch builtin left Dynamo unable to trace the real one in a later test of the same process)."""
     counts = {"int4pack": 0, "op": 0}
-    kernel, op = torch._weight_int4pack_mm_for_cpu, ak.w4a16_linear
+    kernel, op = int4pack.Int4Pack.linear, ak.w4a16_linear
 
     def counted(name, fn):
         def run(*args, **kwargs):
@@ -50,7 +53,7 @@ def calls(monkeypatch):
             return fn(*args, **kwargs)
         return run
 
-    monkeypatch.setattr(torch, "_weight_int4pack_mm_for_cpu", counted("int4pack", kernel))
+    monkeypatch.setattr(int4pack.Int4Pack, "linear", counted("int4pack", kernel))
     monkeypatch.setattr(ak, "w4a16_linear", counted("op", op))
     return counts
 
@@ -77,7 +80,7 @@ def test_fp32_runs_the_exact_op(calls):
                                rtol=1.3e-6, atol=1e-5)
 
 
-@needs_bf16_dot
+@needs_int4pack
 @pytest.mark.parametrize("rows", [1, 7, int4pack.INT4PACK_MAX_ROWS])
 def test_bf16_small_batches_take_int4pack(rows, calls):
     linear = _w4a16()
@@ -90,7 +93,7 @@ def test_bf16_small_batches_take_int4pack(rows, calls):
                                **INT4PACK_BF16)
 
 
-@needs_bf16_dot
+@needs_int4pack
 def test_bf16_large_batches_and_3d_inputs(calls):
     linear = _w4a16()
     x = torch.randn(int4pack.INT4PACK_MAX_ROWS + 1, 576).bfloat16()
@@ -102,7 +105,7 @@ def test_bf16_large_batches_and_3d_inputs(calls):
     torch.testing.assert_close(y, linear(x3.contiguous()), rtol=0, atol=0)
 
 
-@needs_bf16_dot
+@needs_int4pack
 def test_int4pack_convention_is_q_minus_8():
     """With scales and zeros exact in bf16, torch's kernel multiplies by exactly our fp32 weights:
     only the output rounding and summation order differ (a wrong zero convention is off by 8·scale)."""
@@ -117,7 +120,7 @@ def test_int4pack_convention_is_q_minus_8():
     torch.testing.assert_close(packed.linear(x, None).double(), want, rtol=8e-3, atol=1e-3)
 
 
-@needs_bf16_dot
+@needs_int4pack
 @pytest.mark.parametrize("k,group_size,kernel_group", [(768, 256, 256), (576, 192, 64), (576, 576, 64)])
 def test_groups_the_kernel_lacks_repeat_their_scales(k, group_size, kernel_group):
     linear = _w4a16(k, group_size=group_size, sizes=(48,), symmetric=True)
@@ -130,11 +133,39 @@ def test_groups_the_kernel_lacks_repeat_their_scales(k, group_size, kernel_group
 def test_no_int4pack_where_it_cannot_help(monkeypatch):
     assert _w4a16(sizes=(40,)).packed is None  # N not a multiple of 16
     assert _w4a16(dtype=torch.float16).packed is None  # fp16: unvectorised on CPUs without AVX-512 FP16
-    monkeypatch.setattr(int4pack, "cpu_has_bf16_dot", lambda: False)  # an AVX2 machine
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "DEFAULT")  # e.g. ATEN_CPU_CAPABILITY=default
     assert _w4a16().packed is None
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")  # no bf16 dot products needed
+    assert _w4a16().packed is not None
 
 
-@needs_bf16_dot
+@needs_int4pack
+def test_compiled_graphs_take_the_pack_only_where_guards_run():
+    """While Dynamo traces (every input dim dynamic) a linear takes the pack only inside
+    int4pack.guarded_graph() (CPU level 2's decode graph, whose guards run); elsewhere it keeps the
+    exact op, so a graph run without guards never depends on the row bound."""
+    linear = _w4a16()
+    for guarded in (False, True):
+        graphs = []
+
+        def backend(gm, example_inputs):
+            graphs.append(" ".join(str(node.target) for node in gm.graph.nodes))
+            return gm.forward
+
+        torch._dynamo.reset()
+        compiled = torch.compile(linear, backend=backend, dynamic=True, fullgraph=True)
+        with int4pack.guarded_graph() if guarded else contextlib.nullcontext():
+            for rows in (3, 5):
+                x = torch.randn(rows, 576).bfloat16()
+                want = (linear.packed.linear(x, linear.bias) if guarded else
+                        ak.w4a16_linear(x, linear.qweight, linear.scales, linear.mins, 32, linear.bias))
+                assert torch.equal(compiled(x), want)
+        assert len(graphs) == 1
+        assert ("_weight_int4pack_mm_for_cpu" in graphs[0]) == guarded
+        assert ("w4a16_linear" in graphs[0]) != guarded
+
+
+@needs_int4pack
 def test_changed_weights_are_not_read_stale(calls):
     linear = _w4a16(bias=False)
     x = torch.randn(2, 576).bfloat16()
@@ -147,7 +178,7 @@ def test_changed_weights_are_not_read_stale(calls):
     assert calls["int4pack"] == 1
 
 
-@needs_bf16_dot
+@needs_int4pack
 def test_deepcopy_packs_the_copied_weights():
     linear = _w4a16()
     clone = copy.deepcopy(linear)

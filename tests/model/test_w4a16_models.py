@@ -98,11 +98,11 @@ def test_smollm2_fp32_greedy_generate_equals_float(smollm2, smollm2_w4a16):
 
 @SMOLLM2
 def test_smollm2_bf16_decode_takes_int4pack(smollm2_w4a16_bf16, monkeypatch):
-    if not int4pack.cpu_has_bf16_dot():
-        pytest.skip("int4pack is used only with bf16 dot products")
+    if not int4pack.cpu_vectorises_int4pack():
+        pytest.skip("int4pack is used only where torch's CPU kernels are AVX2 / AVX-512 builds")
     calls = []
-    kernel = torch._weight_int4pack_mm_for_cpu
-    monkeypatch.setattr(torch, "_weight_int4pack_mm_for_cpu", lambda *a: calls.append(1) or kernel(*a))
+    path = int4pack.Int4Pack.linear
+    monkeypatch.setattr(int4pack.Int4Pack, "linear", lambda *a: calls.append(1) or path(*a))
     driver = PagedDriver(smollm2_w4a16_bf16.model, 2, dtype=torch.bfloat16)
     driver.step({0: [1, 2, 3], 1: [4, 5]})
     assert len(calls) == 4 * 30  # every linear of every layer

@@ -26,31 +26,61 @@ At 2 threads (a quieter earlier run) the same crossing: int4pack 68.2 vs op 73.3
 273.8 vs 180.7 at 512; 1.3 ms at 1 row. int4pack's time grows in proportion to the rows, the
 op's dequantization is a fixed cost its GEMM amortises:
 int4pack up to INT4PACK_MAX_ROWS, the op above. fp16 activations run the kernel's unvectorised
-path on this CPU (57 ms at 1 row, 43x bf16), fp32 ones too (20-100x slower, reference-facts), and
-AVX2 CPUs have no bf16 dot products: those take the op.
+path on this CPU (57 ms at 1 row, 43x bf16), fp32 ones too (20-100x slower, reference-facts): those
+take the op.
+
+The kernel needs no bf16 dot products: its bf16 path widens to fp32 and multiplies with AVX2 or
+AVX-512 FMAs. Measured again on a 2-core AMD EPYC with avx2 only (2026-11-26, 2 threads, same 40
+linears and columns, best of 5): 3.5 / 12.6 / 34.0 / 173.1 ms at 1 / 8 / 32 / 128 rows, against
+77.9 / 90.2 / 128.7 / 188.4 for the op and 15.3 / 33.9 / 48.1 / 120.4 for fp32 aten (no oneDNN
+pack); bench/results/2026-11-26-w4a16-avx2.md. So int4pack runs wherever torch's CPU kernels are
+AVX2 or AVX-512 builds (VECTOR_CAPABILITIES); other CPUs (e.g. ARM, or ATEN_CPU_CAPABILITY=default)
+were never measured and take the op.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 
 from ascendtile.ops.reference.w4a16 import unpack_nibbles
-from ascendtile.platform import cpu_has_bf16_dot
 
 # Groups torch's CPU kernel takes, largest first.
 KERNEL_GROUPS = (256, 128, 64, 32)
 # torch's packed layout blocks 16 output rows.
 ROW_BLOCK = 16
+# torch.backends.cpu.get_cpu_capability() values whose int4 kernel is vectorised for bf16 (see above).
+VECTOR_CAPABILITIES = ("AVX2", "AVX512")
 # Rows of activations up to which int4pack beats the op (the table above: they cross at ~128 rows).
 INT4PACK_MAX_ROWS = 128
+
+# True while a compiled graph that evaluates its guards traces and runs (CPU level 2's decode graph,
+# compilation/compiled_model.py). Only such a graph may take the pack: its row bound becomes a guard
+# on the batch size, and the general level-2 graph, which runs without evaluating guards, must not
+# depend on a size. Dynamo guards on this global too.
+_in_guarded_graph = False
+
+
+@contextlib.contextmanager
+def guarded_graph() -> Iterator[None]:
+    """Lets compiled W4A16 linears take their packs while the block runs (see _in_guarded_graph)."""
+    global _in_guarded_graph
+    previous, _in_guarded_graph = _in_guarded_graph, True
+    try:
+        yield
+    finally:
+        _in_guarded_graph = previous
 
 
 @dataclass(frozen=True)
 class Int4Pack:
     """A W4A16 weight packed for torch's int4 kernel, valid while `sources` (qweight, scales, mins)
-    are the same tensors at the same versions (None: inference tensors, which have none)."""
+    are the same tensors at the same versions (None: inference tensors, which have none). A compiled
+    graph cannot read version counters: it takes the pack prepack() made, as Inductor's freezing
+    keeps the weights it froze, so weights changed in place after compiling need prepack() again."""
     sources: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
     versions: tuple[int | None, ...]
     quant_group: int
@@ -59,8 +89,11 @@ class Int4Pack:
     scale_and_zeros: torch.Tensor  # [K / group_size, N, 2] in the activation dtype
 
     def usable_for(self, params: tuple[torch.Tensor, torch.Tensor, torch.Tensor], x: torch.Tensor) -> bool:
-        return (all(p is s for p, s in zip(params, self.sources))
-                and all(v is None or p._version == v for p, v in zip(params, self.versions))
+        if torch.compiler.is_compiling():
+            current = _in_guarded_graph
+        else:
+            current = all(v is None or p._version == v for p, v in zip(params, self.versions))
+        return (current and all(p is s for p, s in zip(params, self.sources))
                 and x.device.type == "cpu" and x.dtype == self.scale_and_zeros.dtype
                 and x.numel() <= INT4PACK_MAX_ROWS * x.shape[-1])
 
@@ -79,13 +112,19 @@ class Int4Pack:
         return pack_int4(*sources, self.quant_group, self.scale_and_zeros.dtype)
 
 
+def cpu_vectorises_int4pack() -> bool:
+    """Whether torch's CPU int4 kernel runs its vectorised bf16 path here."""
+    return torch.backends.cpu.get_cpu_capability() in VECTOR_CAPABILITIES
+
+
 def pack_int4(qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor, group_size: int,
               dtype: torch.dtype) -> Int4Pack | None:
     """The int4pack copy of a W4A16 weight (qweight uint8 [N, K/2], scales / mins fp32 [N, K/group_size])
-    for activations of `dtype`, or None where the kernel does not help: not bf16, a CPU without
-    bf16 dot products, another device, N not a multiple of 16, or a group no kernel group divides."""
+    for activations of `dtype`, or None where the kernel does not help: not bf16, a CPU whose torch
+    kernels are not AVX2 / AVX-512 builds, another device, N not a multiple of 16, or a group no
+    kernel group divides."""
     kernel_group = next((g for g in KERNEL_GROUPS if group_size % g == 0), None)
-    if (dtype != torch.bfloat16 or qweight.device.type != "cpu" or not cpu_has_bf16_dot()
+    if (dtype != torch.bfloat16 or qweight.device.type != "cpu" or not cpu_vectorises_int4pack()
             or qweight.shape[0] % ROW_BLOCK or kernel_group is None):
         return None
     with torch.no_grad():
@@ -94,6 +133,10 @@ def pack_int4(qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor, g
         scale = scales.repeat_interleave(repeat, dim=1)
         zero = (mins + 8 * scales).repeat_interleave(repeat, dim=1)  # (q − 8)·scale + zero = q·scale + min
         scale_and_zeros = torch.stack([scale.t(), zero.t()], dim=-1).to(dtype).contiguous()
+    # A decode graph traces with every input dim dynamic; a symbolic N from the pack would reach the
+    # slices of a merged q/k/v output, which Inductor cannot lower (parameters are static already).
+    torch._dynamo.mark_static(packed)
+    torch._dynamo.mark_static(scale_and_zeros)
     sources = (qweight, scales, mins)
     versions = tuple(None if s.is_inference() else s._version for s in sources)
     return Int4Pack(sources, versions, group_size, kernel_group, packed, scale_and_zeros)

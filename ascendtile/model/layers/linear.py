@@ -15,10 +15,11 @@ W8A8:  weight int8 [N, K], weight_scale fp32 [N] (per output channel), input_sca
        (static) or None (dynamic per-token); y = ascendtile.ops.w8a8_linear(...).
 W4A16: no weight; qweight uint8 [N, K/2] (4-bit values, two per byte), scales and mins fp32
        [N, K/group_size], w = q·scale + min (ops/reference/w4a16.py); y =
-       ascendtile.ops.w4a16_linear(...), exact fp32 weights and accumulation. On CPU with bf16
-       activations and bf16 dot products, `prepack()` also packs the weight for torch's int4
-       kernel (int4pack.py: its scale and zero rounded to bf16), which small row counts (decode)
-       take instead of the op. `dtype` of to_w4a16_shell is the model's, the activations' dtype.
+       ascendtile.ops.w4a16_linear(...), exact fp32 weights and accumulation. On an AVX2 or
+       AVX-512 CPU with bf16 activations, `prepack()` also packs the weight for torch's int4 kernel
+       (int4pack.py: its scale and zero rounded to bf16), which small row counts (decode) take
+       instead of the op, eagerly and in CPU level 2's decode graph. `dtype` of to_w4a16_shell is
+       the model's, the activations' dtype.
 """
 from __future__ import annotations
 
@@ -203,8 +204,7 @@ class Linear(nn.Module):
         kind = self.kind
         if kind == "w4a16":
             params = (self.qweight, self.scales, self.mins)
-            # Not while Dynamo traces: the staleness check would be a data-dependent guard.
-            if self.packed is not None and not torch.compiler.is_compiling() and self.packed.usable_for(params, x):
+            if self.packed is not None and self.packed.usable_for(params, x):
                 return self.packed.linear(x, bias)
             return ak.w4a16_linear(x, *params, self.group_size, bias)
         if kind == "w8a8":
