@@ -112,6 +112,26 @@ def test_e2e_quick_at_compilation_level_2_reports_one_compile(tmp_path, capsys):
     assert "ascendtile compilation level 2 (DYNAMO_ONCE): 1 compile(s)" in capsys.readouterr().out
 
 
+def test_compiling_inside_the_timed_run_is_noted(tmp_path):
+    """The warm-up runs decode steps of two sequences and of one before the timed run's batches of
+    three, so CPU level 2's decode graph compiles for both its batch classes (Inductor guards on a
+    batch of one) outside the timed run, and nothing compiles inside it; level 1 recompiles as the
+    shapes change there, and its row says for how long."""
+    from ascendtile.runtime import LLM
+
+    model, prompts = tiny.save(tmp_path / "tiny"), [[101, 102, 103], [104, 105], [106, 107, 108, 109, 110]]
+    for config, noted in (({"level": 2, "use_inductor": False, "cpu_decode_graph": True}, False),
+                          ({"level": 1, "use_inductor": False}, True)):
+        llm = LLM(model, max_num_seqs=4, compilation_config=config)
+        compiled, batches = llm.engine.model, []
+        run_decode = compiled._run_decode
+        compiled._run_decode = lambda input_ids, *args: batches.append(input_ids.shape[0]) or run_decode(input_ids, *args)
+        result = e2e.run_ours(llm, prompts, output_len=4)
+        assert any(note.endswith(e2e.TIMED_COMPILE) for note in result.notes) == noted, (config, result.notes)
+        if config["level"] == 2:
+            assert batches[:batches.index(3)] == [2, 1] and set(batches[batches.index(3):]) == {3}
+
+
 def test_prompts_are_deterministic_plain_tokens():
     a, b = synthetic_prompts(3, 5, 1000), synthetic_prompts(3, 5, 1000)
     assert a == b and len(a) == 3 and all(len(p) == 5 and all(100 <= t < 1000 for t in p) for p in a)
