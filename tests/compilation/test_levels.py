@@ -24,13 +24,21 @@ def tiny_dir(tmp_path_factory):
     return tiny.save(tmp_path_factory.mktemp("tiny"))
 
 
-def _generate(tiny_dir, compilation_config, graph="off", kv_cache_dtype="auto", max_tokens=MAX_TOKENS,
-              quantization=None):
-    llm = LLM(tiny_dir, max_model_len=256, max_num_seqs=4, num_kv_blocks=64, graph=graph,
-              compilation_config=compilation_config, kv_cache_dtype=kv_cache_dtype, quantization=quantization)
+def _llm(tiny_dir, compilation_config, graph="off", kv_cache_dtype="auto", quantization=None) -> LLM:
+    return LLM(tiny_dir, max_model_len=256, max_num_seqs=4, num_kv_blocks=64, graph=graph,
+               compilation_config=compilation_config, kv_cache_dtype=kv_cache_dtype, quantization=quantization)
+
+
+def _tokens(llm, max_tokens=MAX_TOKENS):
     params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for n in max_tokens]
     outputs = llm.generate(PROMPTS[:len(max_tokens)], params, use_tqdm=False)
-    return llm, [o.outputs[0].token_ids for o in outputs]
+    return [o.outputs[0].token_ids for o in outputs]
+
+
+def _generate(tiny_dir, compilation_config, graph="off", kv_cache_dtype="auto", max_tokens=MAX_TOKENS,
+              quantization=None):
+    llm = _llm(tiny_dir, compilation_config, graph, kv_cache_dtype, quantization)
+    return llm, _tokens(llm, max_tokens)
 
 
 @pytest.fixture(scope="module")
@@ -83,8 +91,7 @@ def test_level_2_decode_graph_takes_the_int4_pack(tiny_dir):
     (symbolic ones reach the q/k/v slices, which Inductor cannot lower); the general graph, which
     runs without evaluating guards, keeps the exact op. Greedy tokens equal eager W4A16's."""
     eager = _generate(tiny_dir, None, quantization="w4a16")[1]
-    llm = LLM(tiny_dir, max_model_len=256, max_num_seqs=4, num_kv_blocks=64, quantization="w4a16",
-              compilation_config={"level": 2, "use_inductor": False, "cpu_decode_graph": True})
+    llm = _llm(tiny_dir, {"level": 2, "use_inductor": False, "cpu_decode_graph": True}, quantization="w4a16")
     model, linears = llm.engine.model, 4 * tiny.CONFIG.num_hidden_layers
     backend, pack_shapes = model.decode_backend, []
 
@@ -94,8 +101,7 @@ def test_level_2_decode_graph_takes_the_int4_pack(tiny_dir):
         return backend(gm, example_inputs)
 
     model.decode_backend = spying_backend
-    params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for n in MAX_TOKENS]
-    tokens = [o.outputs[0].token_ids for o in llm.generate(PROMPTS, params, use_tqdm=False)]
+    tokens = _tokens(llm)
     model.decode_backend = backend
     assert len(pack_shapes) == 2 * linears and all(isinstance(size, int) for shape in pack_shapes for size in shape)
     assert model.backend.graph_ops[0].count("w4a16_linear") == linears
