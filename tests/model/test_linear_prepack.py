@@ -1,7 +1,7 @@
 """Linear's oneDNN prepacking on CPU fp32 (and bf16 where the CPU has bf16 dot products): same
 outputs as the plain matmul, a clean fallback where oneDNN cannot help, never a stale read after the
-weight changes, and the tied LM head packed too. Without bf16 dot products, bf16 prefill products
-run in fp32."""
+weight changes, and the tied LM head packed too. Without bf16 dot products, bf16 products of
+prefills and decode batches run in fp32."""
 import copy
 import math
 
@@ -58,21 +58,29 @@ def test_bf16_packs_only_with_bf16_dot_products(rows, monkeypatch):
 
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("has_bf16_dot", [False, True])
-@pytest.mark.parametrize("shape", [(31, 48), (32, 48), (4, 9, 48), (1, 48)])
-def test_bf16_prefill_without_bf16_dot_products_runs_in_fp32(shape, has_bf16_dot, bias, monkeypatch):
+@pytest.mark.parametrize("shape", [(15, 48), (16, 48), (2, 9, 48), (1, 48)])
+def test_bf16_batches_without_bf16_dot_products_run_in_fp32(shape, has_bf16_dot, bias, monkeypatch):
     """Without bf16 dot products (AVX2), bf16 products of BF16_AS_FP32_MIN_ROWS rows or more take
-    fp32 operands and round once; fewer rows, or a CPU with them, keep aten's (or oneDNN's) bf16."""
+    fp32 operands, the weight widened WIDEN_CHUNK_ELEMENTS at a time (5 of its 64 rows here: 13
+    chunks, the last one short), and round once, bit for bit as over a whole fp32 copy; fewer rows,
+    or a CPU with them, keep aten's (or oneDNN's) bf16."""
     monkeypatch.setattr(linear_module, "cpu_has_bf16_dot", lambda: has_bf16_dot)
-    linear = _linear(bias=bias, dtype=torch.bfloat16)  # not packed: the test follows F.linear's operands
-    seen, plain = [], F.linear
-    monkeypatch.setattr(linear_module.F, "linear", lambda x, w, b=None: seen.append((x.dtype, w.dtype)) or plain(x, w, b))
+    monkeypatch.setattr(linear_module, "WIDEN_CHUNK_ELEMENTS", 5 * 48)
+    linear = _linear(bias=bias, dtype=torch.bfloat16)  # not packed: the test follows the matmuls' operands
+    bf16_calls, chunks, plain = [], [], F.linear
+    monkeypatch.setattr(linear_module.F, "linear", lambda x, w, b=None: bf16_calls.append((x.dtype, w.dtype)) or plain(x, w, b))
+    for name in ("mm", "addmm"):
+        real = getattr(torch, name)
+        monkeypatch.setattr(torch, name, lambda *args, real=real, **kw: chunks.append(
+            tuple(a.dtype for a in args[-2:]) + (kw["out"].shape[1],)) or real(*args, **kw))
     x = torch.randn(shape, dtype=torch.bfloat16)
     x[0, 0] = float("nan")  # a NaN row stays NaN, the others are untouched by it
     out = linear(x)
-    wide = math.prod(shape[:-1]) >= linear_module.BF16_AS_FP32_MIN_ROWS == 32 and not has_bf16_dot
-    assert seen == [(torch.float32, torch.float32) if wide else (torch.bfloat16, torch.bfloat16)]
+    wide = math.prod(shape[:-1]) >= linear_module.BF16_AS_FP32_MIN_ROWS == 16 and not has_bf16_dot
+    assert bf16_calls == ([] if wide else [(torch.bfloat16, torch.bfloat16)])
+    assert chunks == ([(torch.float32, torch.float32, 5)] * 12 + [(torch.float32, torch.float32, 4)] if wide else [])
     assert out.dtype == torch.bfloat16 and out.shape == (*shape[:-1], 64)
-    expected = F.linear(x.float(), linear.weight.float(), linear.bias.float() if bias else None).bfloat16()
+    expected = plain(x.float(), linear.weight.float(), linear.bias.float() if bias else None).bfloat16()
     if wide:
         assert torch.equal(out.nan_to_num(7.0), expected.nan_to_num(7.0))
     else:  # aten's bf16 GEMM accumulates in fp32 too: equal up to the summation order

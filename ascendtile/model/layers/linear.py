@@ -53,11 +53,18 @@ ONEDNN_MIN_WEIGHT_ELEMENTS = 1 << 18
 ATEN_MAX_FP32_ROWS = 3
 
 # bf16 products of at least this many rows run in fp32 on a CPU without bf16 dot products (see
-# float_linear). aten's bf16 GEMM there costs ~0.12 ns per row and weight element (1-thread-per-
-# core AVX2 EPYC, 2026-11-26), fp32's ~0.03, and converting the weight to fp32 1-2.6 ns per element
-# (a fresh buffer each call): the conversion pays for itself from ~12 rows (576 x 1536) to ~28
-# (SmolLM2's 49,152 x 576 head).
-BF16_AS_FP32_MIN_ROWS = 32
+# widened_linear). aten's bf16 GEMM there costs ~0.12 ns per row and weight element (AVX2 EPYC,
+# 2026-11-26), fp32's ~0.03. Widening the weight in WIDEN_CHUNK_ELEMENTS chunks wins from 16 rows
+# on every SmolLM2 shape, from 8 on all but the LM head (2 threads, AVX2 EPYC, 2026-11-27, ms:
+# head 47.7 vs 59.3 at 16 rows, 36.8 vs 29.4 at 8; 576 -> 3072 1.29 vs 3.14 at 16, 1.09 vs 1.55 at 8;
+# bench/results/2026-11-27-avx2-bf16-head.md).
+BF16_AS_FP32_MIN_ROWS = 16
+
+# widened_linear converts the weight this many elements at a time (4 MiB of fp32). A whole fp32
+# copy of a big weight is a fresh mapping on every call past glibc's mmap threshold (32 MiB at
+# most; SmolLM2's 49,152 x 576 head is 113 MB), paid in page faults: the head at 32 rows took 140
+# ms that way and 54 ms in chunks, which the allocator reuses and the last-level cache holds.
+WIDEN_CHUNK_ELEMENTS = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -105,19 +112,35 @@ def float_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     packed by Inductor's freezing instead at CPU level 2 (compilation/freeze.py); level 3's pieces
     are not frozen, so their linears run unpacked.
 
-    bf16 on a CPU without bf16 dot products (AVX2), from BF16_AS_FP32_MIN_ROWS rows (prefill): the
-    operands are widened to fp32 (exactly) and the product rounded to bf16 once, as aten's bf16
-    GEMM does after its fp32 accumulation, at fp32 GEMM speed (a 704-token SmolLM2 prefill: 10.5 s
-    through aten's bf16, 2.0 s this way, 1.8 s in fp32; bench/results/2026-11-26-avx2-bf16-prefill.md).
-    Fewer rows read the weight in bf16: half the bytes."""
+    bf16 on a CPU without bf16 dot products (AVX2), from BF16_AS_FP32_MIN_ROWS rows (prefill,
+    decode batches): widened_linear. Fewer rows read the weight in bf16: half the bytes."""
     if (x.dtype == torch.bfloat16 and x.device.type == "cpu" and not torch.compiler.is_compiling()
             and x.numel() >= BF16_AS_FP32_MIN_ROWS * x.shape[-1] and not cpu_has_bf16_dot()):
-        wide = F.linear(x.float(), weight.float(), None if bias is None else bias.float())
-        return wide.to(torch.bfloat16)
+        return widened_linear(x, weight, bias)
     if (packed is not None and not torch.compiler.is_compiling() and packed.usable_for(weight, x)
             and not (x.dtype == torch.float32 and x.numel() <= ATEN_MAX_FP32_ROWS * x.shape[-1])):
         return torch.ops.mkldnn._linear_pointwise(x, packed.packed, bias, "none", [], "")
     return F.linear(x, weight, bias)
+
+
+def widened_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """bf16 x [..., K] · weight [N, K]ᵀ (+ bias [N]) on fp32 copies of the operands (exact), rounded
+    to bf16 once, as aten's bf16 GEMM does after its fp32 accumulation, at fp32 GEMM speed (a
+    704-token SmolLM2 prefill: 10.5 s through aten's bf16, 2.0 s this way, 1.8 s in fp32;
+    bench/results/2026-11-26-avx2-bf16-prefill.md). The weight is widened WIDEN_CHUNK_ELEMENTS at a
+    time into column blocks of one fp32 output; each output element is the same dot product as
+    over a whole fp32 copy, so the result is bit-identical to it."""
+    rows = x.reshape(-1, x.shape[-1]).float()
+    n = weight.shape[0]
+    out = torch.empty(rows.shape[0], n, dtype=torch.float32, device=x.device)
+    step = max(1, WIDEN_CHUNK_ELEMENTS // weight.shape[1])
+    for start in range(0, n, step):
+        block, chunk = out[:, start:start + step], weight[start:start + step].float().t()
+        if bias is None:
+            torch.mm(rows, chunk, out=block)
+        else:
+            torch.addmm(bias[start:start + step].float(), rows, chunk, out=block)
+    return out.to(torch.bfloat16).reshape(*x.shape[:-1], n)
 
 
 class Linear(nn.Module):
