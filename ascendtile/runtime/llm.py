@@ -22,9 +22,9 @@ from ascendtile.runtime.parallel_config import check_tensor_parallel_size, join_
 from ascendtile.runtime.sampling_params import SamplingParams
 from ascendtile.runtime.spec_decode_metrics import SpecDecodeMetrics
 from ascendtile.runtime.speculative_config import SpeculativeConfig
-from ascendtile.runtime.validation import check_requests
+from ascendtile.runtime.validation import check_requests, resolve_prompt
 
-Prompt = str | list[int]
+Prompt = str | list[int] | dict  # dict: vLLM's TextPrompt / TokensPrompt (runtime/validation.py)
 Conversation = list[dict]
 __all__ = ["GenerationStats", "LLM"]
 
@@ -124,8 +124,8 @@ class LLM:
 
     def generate(self, prompts: Prompt | Seq[Prompt], sampling_params: SamplingParams | Seq[SamplingParams] | None = None,
                  use_tqdm: bool = True) -> list[RequestOutput]:
-        """prompts: a raw string (no chat template applied), a list of token ids, or a list of
-        either; sampling_params: one for all or one per prompt. Returns one RequestOutput per
+        """prompts: a raw string (no chat template applied), a list of token ids, vLLM's
+        {"prompt": text} or {"prompt_token_ids": ids}, or a list of those; sampling_params: one for all or one per prompt. Returns one RequestOutput per
         prompt, in input order.
 
         Bad requests (as vLLM treats them; runtime/validation.py): before any request runs, a
@@ -136,10 +136,11 @@ class LLM:
         stops there with finish_reason "length". A request needing more KV blocks than the
         whole cache holds gets finish_reason "error" (and RequestOutput.error) while every other
         request runs as it would alone."""
-        if isinstance(prompts, str) or (isinstance(prompts, list) and prompts and isinstance(prompts[0], int)):
+        if isinstance(prompts, (str, dict)) or (isinstance(prompts, list) and prompts and isinstance(prompts[0], int)):
             prompts = [prompts]
+        prompts = [resolve_prompt(i, p) for i, p in enumerate(prompts)]
         encoded = [self._encode(p, add_special_tokens=True) for p in prompts]
-        return self._run(list(prompts), encoded, sampling_params, use_tqdm)
+        return self._run(prompts, encoded, sampling_params, use_tqdm)
 
     def chat(self, messages: Conversation | Seq[Conversation], sampling_params=None, use_tqdm: bool = True,
              add_generation_prompt: bool = True) -> list[RequestOutput]:
@@ -152,12 +153,12 @@ class LLM:
         # the template already carries the special tokens (BOS etc.)
         return self._run(texts, [self._encode(t, add_special_tokens=False) for t in texts], sampling_params, use_tqdm)
 
-    def _encode(self, prompt: Prompt, add_special_tokens: bool) -> list[int]:
+    def _encode(self, prompt: str | list[int], add_special_tokens: bool) -> list[int]:
         if isinstance(prompt, str):
             if self.tokenizer is None:
                 raise ValueError("prompts: text prompts need a tokenizer; pass token ids")
             return self.tokenizer.encode(prompt, add_special_tokens=add_special_tokens)
-        return [int(t) for t in prompt]
+        return prompt
 
     def _run(self, prompts: list, encoded: list[list[int]], sampling_params, use_tqdm: bool) -> list[RequestOutput]:
         if sampling_params is None or isinstance(sampling_params, SamplingParams):

@@ -2,8 +2,11 @@
 so one malformed request never runs beside (or takes down) the others. The choices follow
 vLLM, which rejects these at add_request:
 
-- prompts[i]: no tokens; a token id outside [0, vocab_size); prompt_len >= max_model_len (vLLM
-  refuses prompt_len > max_model_len; at == the request could not generate a single token).
+- prompts[i]: not a text, a list of token ids or one of vLLM's prompt dicts (TextPrompt
+  {"prompt": text}, TokensPrompt {"prompt_token_ids": ids}; their other keys, such as
+  multi_modal_data, are refused by name); no tokens; a token id outside [0, vocab_size);
+  prompt_len >= max_model_len (vLLM refuses prompt_len > max_model_len; at == the request could
+  not generate a single token).
 - sampling_params[i]: any field SamplingParams.validate refuses (max_tokens < 1, an empty stop
   string, ...; re-checked because the dataclass is mutable); stop strings without a tokenizer.
 
@@ -13,7 +16,34 @@ with finish_reason "error" (it depends on the cache size, not on the request alo
 """
 from __future__ import annotations
 
+import operator
+
 from ascendtile.runtime.sampling_params import SamplingParams
+
+# vLLM's TextPrompt and TokensPrompt: the one key each of them needs.
+PROMPT_KEYS = ("prompt", "prompt_token_ids")
+
+
+def resolve_prompt(i: int, prompt: object) -> str | list[int]:
+    """prompts[i] as its text or token ids: a str, a sequence of ints (Python, NumPy or 0-dim
+    tensor integers), or a vLLM prompt dict holding one of PROMPT_KEYS."""
+    if isinstance(prompt, dict):
+        keys = set(prompt)
+        if len(keys) != 1 or not keys <= set(PROMPT_KEYS):
+            raise ValueError(f"prompts[{i}]: a prompt dict takes exactly one of {list(PROMPT_KEYS)}; got keys "
+                             f"{sorted(map(str, keys))}")
+        key = keys.pop()
+        prompt = prompt[key]
+        if (key == "prompt") != isinstance(prompt, str):
+            raise ValueError(f"prompts[{i}]: {key!r} takes {'a str' if key == 'prompt' else 'token ids'}, "
+                             f"got {type(prompt).__name__}")
+    if isinstance(prompt, str):
+        return prompt
+    try:
+        return [operator.index(t) for t in prompt]
+    except TypeError:
+        raise ValueError(f"prompts[{i}]: expected a str, a list of int token ids or a prompt dict, got "
+                         f"{type(prompt).__name__}{' holding non-integers' if hasattr(prompt, '__iter__') else ''}") from None
 
 
 def check_requests(token_ids: list[list[int]], params: list[SamplingParams], *, vocab_size: int,

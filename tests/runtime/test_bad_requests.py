@@ -39,6 +39,13 @@ REJECTED = {
     "prompt_at_max_model_len": ([3] * 64, GREEDY, r"^prompts\[1\]: 64 tokens .* max_model_len 64"),
     "max_tokens_0": ([1, 2], mutated(max_tokens=0), r"^sampling_params\[1\]: max_tokens"),
     "empty_stop_string": ([1, 2], mutated(stop=["x", ""]), r"^sampling_params\[1\]: stop"),
+    "prompt_dict_other_key": ({"prompt_token_ids": [1, 2], "multi_modal_data": {}}, GREEDY,
+                              r"^prompts\[1\]: a prompt dict takes exactly one of .*'multi_modal_data'"),
+    "prompt_dict_both_keys": ({"prompt": "ab", "prompt_token_ids": [1]}, GREEDY, r"^prompts\[1\]: a prompt dict"),
+    "prompt_dict_text_as_ids": ({"prompt_token_ids": "ab"}, GREEDY, r"^prompts\[1\]: 'prompt_token_ids' takes token ids"),
+    "empty_prompt_dict": ({"prompt_token_ids": []}, GREEDY, r"^prompts\[1\]: the prompt is empty"),
+    "non_integer_token": ([1, 2.0], GREEDY, r"^prompts\[1\]: expected .* holding non-integers"),
+    "not_a_prompt": (None, GREEDY, r"^prompts\[1\]: expected a str, .* got NoneType$"),
 }
 
 

@@ -109,6 +109,23 @@ def test_stop_string_cut_from_text():
     assert len(out.outputs[0].token_ids) == at + len(stop)  # one char per token: stops on the token completing it
 
 
+def test_vllm_prompt_dicts_run_as_their_text_and_ids():
+    """vLLM's TextPrompt and TokensPrompt dicts, alone or mixed with plain prompts (NumPy and 0-dim
+    tensor token ids too), give what their plain forms give; a text dict keeps its text."""
+    import numpy as np
+
+    llm = make_llm()
+    text, ids = CHARS[5:17], [7, 8, 9, 10]
+    plain = llm.generate([text, ids], GREEDY, use_tqdm=False)
+    dicts = llm.generate([{"prompt": text}, {"prompt_token_ids": [np.int64(7), torch.tensor(8), 9, 10]}], GREEDY,
+                         use_tqdm=False)
+    assert token_ids(dicts) == token_ids(plain) == [oracle_greedy(llm.tokenizer.encode(text), 24, eos=None),
+                                                  oracle_greedy(ids, 24, eos=None)]
+    assert [o.prompt for o in dicts] == [text, None] and dicts[1].prompt_token_ids == ids
+    single = llm.generate({"prompt_token_ids": ids}, GREEDY, use_tqdm=False)
+    assert token_ids(single) == token_ids(plain)[1:]
+
+
 def test_seeded_sampling_reproducible_in_any_batch():
     llm = make_llm()
     seeded = SamplingParams(temperature=1.0, top_k=20, max_tokens=20, seed=1234, ignore_eos=True)
