@@ -300,11 +300,13 @@ def _embedded_prompts() -> list[str]:
 def _check_embedded(model) -> None:
     prompts = _embedded_prompts()
     expected = token_ids(LLM(model, **EMBEDDED_ARGS).generate(prompts, EMBEDDED_GREEDY, use_tqdm=False))
-    for config in ({}, {"max_num_batched_tokens": 40}, {"num_kv_blocks": 24}):
+    # as configured, then with prefills chunked under a 40-token budget and a cache so small that
+    # sequences are preempted (both in one run: each still happens, and they meet)
+    for config in ({}, {"max_num_batched_tokens": 40, "num_kv_blocks": 24}):
         llm = LLM(model, **{**EMBEDDED_ARGS, **config}, speculative_config=NGRAM)
         assert token_ids(llm.generate(prompts, EMBEDDED_GREEDY, use_tqdm=False)) == expected, config
         assert_accepted(llm)
-        if "num_kv_blocks" in config:
+        if config:
             assert llm.last_stats.num_preemptions > 0
     llm = LLM(model, **{**EMBEDDED_ARGS, "max_num_seqs": 1}, speculative_config=NGRAM)
     assert token_ids(llm.generate(prompts[:2], EMBEDDED_GREEDY, use_tqdm=False)) == expected[:2]
