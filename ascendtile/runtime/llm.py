@@ -125,8 +125,8 @@ class LLM:
     def generate(self, prompts: Prompt | Seq[Prompt], sampling_params: SamplingParams | Seq[SamplingParams] | None = None,
                  use_tqdm: bool = True) -> list[RequestOutput]:
         """prompts: a raw string (no chat template applied), a list of token ids, vLLM's
-        {"prompt": text} or {"prompt_token_ids": ids}, or a list of those; sampling_params: one for all or one per prompt. Returns one RequestOutput per
-        prompt, in input order.
+        {"prompt": text} or {"prompt_token_ids": ids}, or a list of those; sampling_params: one
+        for all or one per prompt. Returns one RequestOutput per prompt, in input order.
 
         Bad requests (as vLLM treats them; runtime/validation.py): before any request runs, a
         ValueError naming the request's index and field for an empty prompt

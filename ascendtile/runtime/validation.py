@@ -42,8 +42,9 @@ def resolve_prompt(i: int, prompt: object) -> str | list[int]:
     try:
         return [operator.index(t) for t in prompt]
     except TypeError:
+        holding = " holding non-integers" if hasattr(prompt, "__iter__") else ""
         raise ValueError(f"prompts[{i}]: expected a str, a list of int token ids or a prompt dict, got "
-                         f"{type(prompt).__name__}{' holding non-integers' if hasattr(prompt, '__iter__') else ''}") from None
+                         f"{type(prompt).__name__}{holding}") from None
 
 
 def check_requests(token_ids: list[list[int]], params: list[SamplingParams], *, vocab_size: int,

@@ -68,7 +68,8 @@ def test_bf16_batches_without_bf16_dot_products_run_in_fp32(shape, has_bf16_dot,
     monkeypatch.setattr(linear_module, "WIDEN_CHUNK_ELEMENTS", 5 * 48)
     linear = _linear(bias=bias, dtype=torch.bfloat16)  # not packed: the test follows the matmuls' operands
     bf16_calls, chunks, plain = [], [], F.linear
-    monkeypatch.setattr(linear_module.F, "linear", lambda x, w, b=None: bf16_calls.append((x.dtype, w.dtype)) or plain(x, w, b))
+    monkeypatch.setattr(linear_module.F, "linear",
+                        lambda x, w, b=None: bf16_calls.append((x.dtype, w.dtype)) or plain(x, w, b))
     for name in ("mm", "addmm"):
         real = getattr(torch, name)
         monkeypatch.setattr(torch, name, lambda *args, real=real, **kw: chunks.append(
