@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 import torch
 
@@ -112,8 +113,6 @@ def test_stop_string_cut_from_text():
 def test_vllm_prompt_dicts_run_as_their_text_and_ids():
     """vLLM's TextPrompt and TokensPrompt dicts, alone or mixed with plain prompts (NumPy and 0-dim
     tensor token ids too), give what their plain forms give; a text dict keeps its text."""
-    import numpy as np
-
     llm = make_llm()
     text, ids = CHARS[5:17], [7, 8, 9, 10]
     plain = llm.generate([text, ids], GREEDY, use_tqdm=False)
