@@ -107,6 +107,25 @@ def cpu_has_int8_dot() -> bool:
     return torch.cpu._is_vnni_supported() or torch.cpu._is_amx_tile_supported()
 
 
+def vendor_from_cpuinfo(cpuinfo: str) -> str:
+    """The `vendor_id` of a /proc/cpuinfo text ("GenuineIntel", "AuthenticAMD", ...), "unknown" when
+    it names none (e.g. a non-x86 CPU)."""
+    for line in cpuinfo.splitlines():
+        if line.startswith("vendor_id"):
+            return line.partition(":")[2].strip()
+    return "unknown"
+
+
+@functools.lru_cache(maxsize=None)
+def cpu_vendor() -> str:
+    """This machine's CPU vendor (vendor_from_cpuinfo), "unknown" without /proc/cpuinfo."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return vendor_from_cpuinfo(f.read())
+    except OSError:
+        return "unknown"
+
+
 @functools.lru_cache(maxsize=None)
 def cpu_isa() -> str:
     """This machine's CPU extensions (isa_from_cpuinfo), "unknown" without /proc/cpuinfo."""
@@ -131,6 +150,7 @@ def report() -> list[tuple[str, str]]:
     rows = [
         ("device", kind),
         ("CPU ISA", cpu_isa()),
+        ("CPU vendor", cpu_vendor()),
         ("torch", torch.__version__),
         ("triton-ascend", version("triton-ascend")),
         ("triton (upstream)", version("triton")),

@@ -27,3 +27,10 @@ def test_isa_names_the_extensions_that_decide_cpu_speed():
     assert platform.isa_from_cpuinfo("flags\t\t: fpu avx2 fma f16c\n") == "avx2"
     assert platform.isa_from_cpuinfo("Features\t: fp asimd\n") == "none"  # aarch64 names no flags line
     assert platform.cpu_isa() != "" and ("CPU ISA", platform.cpu_isa()) in platform.report()
+
+
+def test_vendor_is_read_from_cpuinfo():
+    assert platform.vendor_from_cpuinfo("processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t\t: avx2\n") == "AuthenticAMD"
+    assert platform.vendor_from_cpuinfo("vendor_id\t: GenuineIntel\n") == "GenuineIntel"
+    assert platform.vendor_from_cpuinfo("Features\t: fp asimd\n") == "unknown"  # aarch64 names no vendor_id
+    assert ("CPU vendor", platform.cpu_vendor()) in platform.report()

@@ -280,6 +280,7 @@ def run(model: str, num_prompts: int, input_len: int, output_len: int, dtype: st
             "method": quantization, "dtype": ours_dtype},
         "rows": [summarise(r, ours) for r in results], "skipped": skipped,
         "roof": compute_roof(params, ours, DTYPES[dtype]), "device": platform.device_kind(), "isa": platform.cpu_isa(),
+        "cpu_vendor": platform.cpu_vendor(),
     }
     return write_json(out_dir / "e2e.json", payload)
 
@@ -300,7 +301,7 @@ def table(record: dict) -> str:
              f"{decoding}, stopping at EOS")
     lines = [
         f"e2e: {record['model']} ({record['dtype']}), {shape}; {record['num_preemptions']} preemptions (ascendtile); "
-        f"device {record['device']}, CPU ISA {record['isa']}",
+        f"device {record['device']}, CPU ISA {record['isa']} ({record['cpu_vendor']})",
         format_table(headers, body),
         f"ascendtile {record['compilation']['summary']}",
         f"compute roof: {roof['gemm_gflops']:,.1f} GFLOP/s GEMM ({roof['peak_source']}) / (2 x {roof['params'] / 1e6:,.1f} M params)"

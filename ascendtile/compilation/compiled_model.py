@@ -13,7 +13,8 @@ Level 3 traces exactly as level 2; its backend splits the graph at the attention
 
 On CPU with cpu_decode_graph set, level 2 gives decode steps (every sequence one new token) a
 graph of their own, in which rope, the KV write and attention take their traceable forms
-(decompose.py): a decode step then runs no opaque op and Inductor compiles all of it. Unlike the
+(decompose.py): a decode step then runs no `ascend` op and Inductor compiles all of it but the
+linears whose weights are packed for oneDNN (layers/linear.py: onednn_linear). Unlike the
 general graph it keeps its guards: Inductor's lowering of the gathers and of rope's strided writes
 guards on the batch being 1 or more, so a batch of one gets a compile of its own (Dynamo's guards,
 not an assumption, decide). Its caches are traced with static shapes, which makes the layers'

@@ -65,7 +65,7 @@ class CompilationConfig:
     capture_sizes: level 3 on NPU/CUDA, the token counts each piece is captured at (vLLM's
     cudagraph_capture_sizes), ascending; None: default_capture_sizes(max_num_seqs).
     cpu_decode_graph: CPU level 2 (an error at other levels; devices have no use for it and ignore
-    it), decode steps run a graph of their own with no opaque op (compiled_model.py). Off by
+    it), decode steps run a graph of their own with no `ascend` op (compiled_model.py). Off by
     default: on a 2-core CPU it adds ~4 minutes of compile for a 30-layer model (SmolLM2), against
     ~1 for the general graph."""
 

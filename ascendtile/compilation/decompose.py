@@ -7,7 +7,7 @@ kv_cache and the attention references read index ranges on the host (`int(t.max(
 stay opaque calls in a graph that serves every step. A decode graph (CompiledModel's, for steps
 where every sequence brings one token) also takes their traceable forms, which read nothing on
 the host: rope over positions [T], the KV write into float caches and unified_attention over
-float caches, so no opaque op is left in a decode step. The general graph keeps them opaque: its
+float caches, so no `ascend` op is left in a decode step. The general graph keeps them opaque: its
 attention would need the mixed-batch masks, and the traceable forms double its compile time.
 The ops' validators already ran at trace time (each fake impl validates).
 """

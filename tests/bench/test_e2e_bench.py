@@ -60,6 +60,7 @@ def test_e2e_quick_against_hf_prints_ratios(tmp_path, capsys):
     assert roof["params"] > 100e6 and roof["gemm_gflops"] > 0 and roof["roof_tok_s"] > 0
     assert record["dtype"] == "fp32" and roof["peak_source"].endswith("measured, float32 GEMM")  # the run's dtype
     assert record["isa"] == platform.cpu_isa() and record["device"] == "cpu"
+    assert record["cpu_vendor"] == platform.cpu_vendor()
     out = capsys.readouterr().out
     assert "ours / this" in out and "compute roof" in out and f"CPU ISA {record['isa']}" in out
 

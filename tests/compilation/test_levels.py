@@ -9,8 +9,10 @@ import pytest
 import torch
 
 from ascendtile.compilation import CompilationConfig, CompiledModel, compile_model
+from ascendtile.compilation.backend import AscendBackend
 from ascendtile.model import load_model
 from ascendtile.model.layers import int4pack
+from ascendtile.model.layers import linear as linear_module
 from ascendtile.runtime import LLM, SamplingParams
 from compilation import tiny
 
@@ -109,6 +111,41 @@ def test_level_2_decode_graph_takes_the_int4_pack(tiny_dir):
     assert tokens == eager
 
 
+def _count_onednn_linears(monkeypatch) -> dict[str, list[int]]:
+    """Per compile from now on, of the general and of the decode graphs: their onednn_linear calls."""
+    op = torch.ops.ascendtile.onednn_linear.default
+    counts, compile_graph = {"general": [], "decode": []}, AscendBackend.__call__
+
+    def spying_call(backend, gm, example_inputs):
+        counts["decode" if backend.decode else "general"].append(sum(node.target is op for node in gm.graph.nodes))
+        return compile_graph(backend, gm, example_inputs)
+
+    monkeypatch.setattr(AscendBackend, "__call__", spying_call)
+    return counts
+
+
+def test_level_2_decode_graph_takes_the_onednn_packs(tmp_path, monkeypatch):
+    """fp32 weights packed for oneDNN (the size bound lowered so that the tiny model's pack too):
+    the decode graph multiplies through them with one ascendtile::onednn_linear per linear, which
+    runs the packed product where eager decode would (an AMD CPU: at every row count); the general
+    graph keeps F.linear (Inductor freezes and packs it at level 2). Logits equal eager's."""
+    monkeypatch.setattr(linear_module, "ONEDNN_MIN_WEIGHT_ELEMENTS", 0)
+    monkeypatch.setattr(linear_module, "cpu_vendor", lambda: "AuthenticAMD")
+    model = load_model(tiny.save(tmp_path)).model
+    compiled = compile_model(model, CompilationConfig(level=2, use_inductor=False, cpu_decode_graph=True))
+    counts = _count_onednn_linears(monkeypatch)
+    want = tiny.run_steps(model)
+    pointwise, calls = torch.ops.mkldnn._linear_pointwise, []
+    monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", lambda *a: calls.append(a[0].shape) or pointwise(*a))
+    got = tiny.run_steps(model, compiled)
+    linears = 4 * tiny.CONFIG.num_hidden_layers
+    assert counts == {"general": [0], "decode": [linears]}
+    # the LM head (eager compute_logits) in each of the 4 steps, every linear of the 2 decode steps
+    assert len(calls) == 4 + 2 * linears
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=0, atol=1e-5)
+
+
 def test_level_2_decode_graph_retraces_for_other_cache_shapes(tmp_path):
     """The decode graph has the cache shapes baked in and keeps its guards: caches reallocated with
     the same shapes reuse it, another block count retraces it; logits equal eager's on each run's
@@ -138,12 +175,17 @@ def test_level_1_runs_dynamo_as_is(tiny_dir, eager_tokens):
 
 
 @pytest.mark.slow  # Inductor compiles the tiny model in tens of seconds on this CPU
-def test_level_2_with_inductor(tiny_dir, eager_tokens):
+def test_level_2_with_inductor(tiny_dir, eager_tokens, monkeypatch):
     """CPU level 2 as shipped, with the decode graph: the ops' references inside the graphs, compiled
     by Inductor. One compile of the general graph: the first step has many tokens, and no lowering
     may specialize on the token count (a size-1 step runs the same graph). The decode graph keeps
-    its guards: its first step has 4 sequences, its last 1."""
+    its guards: its first step has 4 sequences, its last 1. The weights are packed for oneDNN (the
+    size bound lowered), so Inductor compiles the decode graph around its onednn_linear calls,
+    whose packed weights are graph inputs."""
+    monkeypatch.setattr(linear_module, "ONEDNN_MIN_WEIGHT_ELEMENTS", 0)
+    counts = _count_onednn_linears(monkeypatch)
     llm, tokens = _generate(tiny_dir, {"level": 2, "cpu_decode_graph": True})
+    assert counts == {"general": [0], "decode": [4 * tiny.CONFIG.num_hidden_layers] * 2}
     assert llm.engine.model.backend.num_compiles == 1
     # the decode graph: Inductor's lowering guards on a batch of one, so one compile serves the
     # batches of 4 to 2 and one the batch of 1; no opaque op in either

@@ -75,6 +75,11 @@ def guarded_graph() -> Iterator[None]:
         _in_guarded_graph = previous
 
 
+def in_guarded_graph() -> bool:
+    """Whether a guarded graph (see _in_guarded_graph) is being traced or run."""
+    return _in_guarded_graph
+
+
 @dataclass(frozen=True)
 class Int4Pack:
     """A W4A16 weight packed for torch's int4 kernel, valid while `sources` (qweight, scales, mins)

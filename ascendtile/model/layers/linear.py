@@ -33,8 +33,8 @@ from torch import nn
 import ascendtile.ops as ak
 from ascendtile.ops.reference.w4a16 import dequantize_w4a16
 from ascendtile.ops.w4a16 import check_group_size
-from ascendtile.model.layers.int4pack import Int4Pack, pack_int4
-from ascendtile.platform import cpu_has_bf16_dot
+from ascendtile.model.layers.int4pack import Int4Pack, in_guarded_graph, pack_int4
+from ascendtile.platform import cpu_has_bf16_dot, cpu_vendor
 
 # oneDNN picks its blocked layout for an expected row count; decode batches of 1 to a few dozen
 # rows are the CPU hot path, and a layout chosen for 32 rows measured as fast as one for 1 row at
@@ -49,7 +49,7 @@ ONEDNN_ROWS_HINT = 32
 # the embedded models is above the bound.
 ONEDNN_MIN_WEIGHT_ELEMENTS = 1 << 18
 
-# fp32 products of up to this many rows run through aten (see float_linear).
+# fp32 products of up to this many rows run through aten on an Intel CPU (see float_linear).
 ATEN_MAX_FP32_ROWS = 3
 
 # bf16 products of at least this many rows run in fp32 on a CPU without bf16 dot products (see
@@ -97,30 +97,72 @@ def pack_weight(weight: torch.Tensor) -> PackedWeight | None:
         packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), ONEDNN_ROWS_HINT)
     except (RuntimeError, AttributeError):  # op missing from this build, or the ISA check refused it
         return None
+    # CPU level 2's decode graph takes it as an input (onednn_linear) and traces every input dim
+    # dynamic: sizes of its own would add two symbols per linear, and double that graph's compile.
+    torch._dynamo.mark_static(packed)
     return PackedWeight(weight, None if weight.is_inference() else weight._version, packed)
+
+
+def few_rows_take_aten(x: torch.Tensor) -> bool:
+    """Whether x, fp32 of at most ATEN_MAX_FP32_ROWS rows, runs through aten's matmul rather than
+    a packed weight: only on an Intel CPU. Such a product reads the weight once either way, and
+    aten's (MKL's) skips oneDNN's per-call primitive set-up (~25 µs). SmolLM2's 121 linears, aten
+    vs packed, 2 threads: on an Intel Xeon (avx512_bf16) 1 row 15.4 vs 18.5 ms, 2 rows 17.2 vs
+    20.1, 3 rows 18.8 vs 21.9, 4 rows 27.2 vs 21.6 (2026-11-25, best of 10;
+    bench/results/2026-11-25-single-stream.md); on an AMD EPYC (avx2), where MKL's small-row
+    kernels read the weights at a fraction of the memory's speed, 1 row 73 vs 57 ms, 2 rows 131
+    vs 51-74, 3 rows 144-161 vs 49-55 (2026-11-27; bench/results/2026-11-27-amd-fp32-rows.md)."""
+    return (x.dtype == torch.float32 and x.numel() <= ATEN_MAX_FP32_ROWS * x.shape[-1]
+            and cpu_vendor() == "GenuineIntel")
 
 
 def float_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                  packed: PackedWeight | None) -> torch.Tensor:
-    """x·weightᵀ + bias, through the packed copy when it is still the weight's, except for fp32
-    inputs of at most ATEN_MAX_FP32_ROWS rows: such a product reads the weight once either way, and
-    aten's (MKL's) skips oneDNN's per-call primitive set-up (~25 µs). SmolLM2's 121 linears, aten
-    vs packed (avx512_bf16 machine, 2 threads): 1 row 15.4 vs 18.5 ms, 2 rows 17.2 vs 20.1, 3 rows
-    18.8 vs 21.9, 4 rows 27.2 vs 21.6 (2026-11-25, best of 10; bench/results/2026-11-25-single-stream.md
-    has an earlier run). bf16 stays packed: faster than aten at one row too. Not while Dynamo
-    traces: the version check would be a data-dependent guard. A compiled graph gets its weights
-    packed by Inductor's freezing instead at CPU level 2 (compilation/freeze.py); level 3's pieces
-    are not frozen, so their linears run unpacked.
+    """x·weightᵀ + bias, through the packed copy when it is still the weight's, except for the few
+    fp32 rows that few_rows_take_aten sends to aten. bf16 stays packed: faster than aten at one
+    row too. Not while Dynamo traces: the version check would be a data-dependent guard. A
+    compiled graph gets its weights packed by Inductor's freezing instead at CPU level 2
+    (compilation/freeze.py); level 3's pieces are not frozen, so their linears run unpacked.
 
     bf16 on a CPU without bf16 dot products (AVX2), from BF16_AS_FP32_MIN_ROWS rows (prefill,
-    decode batches): widened_linear. Fewer rows read the weight in bf16: half the bytes."""
+    decode batches): widened_linear. Fewer rows read the weight in bf16: half the bytes.
+
+    CPU level 2's decode graph (int4pack.in_guarded_graph) calls the packed copy through
+    onednn_linear: that graph is not frozen, and Inductor lowers F.linear to aten's matmul."""
     if (x.dtype == torch.bfloat16 and x.device.type == "cpu" and not torch.compiler.is_compiling()
             and x.numel() >= BF16_AS_FP32_MIN_ROWS * x.shape[-1] and not cpu_has_bf16_dot()):
         return widened_linear(x, weight, bias)
+    if (packed is not None and torch.compiler.is_compiling() and in_guarded_graph() and packed.source is weight
+            and x.device.type == "cpu"):
+        return torch.ops.ascendtile.onednn_linear.default(x, weight, packed.packed, bias)
     if (packed is not None and not torch.compiler.is_compiling() and packed.usable_for(weight, x)
-            and not (x.dtype == torch.float32 and x.numel() <= ATEN_MAX_FP32_ROWS * x.shape[-1])):
+            and not few_rows_take_aten(x)):
         return torch.ops.mkldnn._linear_pointwise(x, packed.packed, bias, "none", [], "")
     return F.linear(x, weight, bias)
+
+
+@torch.library.custom_op("ascendtile::onednn_linear", mutates_args=())
+def onednn_linear(x: torch.Tensor, weight: torch.Tensor, packed: torch.Tensor,
+                  bias: torch.Tensor | None) -> torch.Tensor:
+    """x [..., K] · weight [N, K]ᵀ (+ bias [N]) -> [..., N], fp32 (or bf16 where pack_weight packs
+    it), through `packed`, weight's oneDNN-packed copy (PackedWeight.packed), or through aten where
+    few_rows_take_aten says so: float_linear's product as one op opaque to torch.compile, so that a
+    graph that is not frozen gets the packed weights too. Inductor cannot lower
+    `mkldnn._linear_pointwise` over a packed weight that is a graph input, and its own F.linear
+    becomes aten's matmul, whose small-row kernels (MKL's) read the weights at a fraction of the
+    memory's speed on AMD CPUs (few_rows_take_aten). Internal to the model layers, not part of
+    the `ascend` op contract (no kernel), hence the `ascendtile` namespace (as
+    expert_dispatch.routed_experts). Like an Int4Pack in that graph, it reads the copy prepack()
+    made, unchecked: a weight changed in place afterwards needs prepack() again."""
+    if few_rows_take_aten(x):
+        return F.linear(x, weight, bias)
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+
+
+@onednn_linear.register_fake
+def _onednn_linear_fake(x: torch.Tensor, weight: torch.Tensor, packed: torch.Tensor,
+                        bias: torch.Tensor | None) -> torch.Tensor:
+    return x.new_empty(*x.shape[:-1], weight.shape[0])
 
 
 def widened_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
