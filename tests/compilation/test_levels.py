@@ -112,12 +112,15 @@ def test_level_2_decode_graph_takes_the_int4_pack(tiny_dir):
 
 
 def _count_onednn_linears(monkeypatch) -> dict[str, list[int]]:
-    """Per compile from now on, of the general and of the decode graphs: their onednn_linear calls."""
+    """Per compile from now on, of the general and of the decode graphs: their onednn_linear calls,
+    whose packed weights must enter with static shapes (one symbol pair per linear otherwise)."""
     op = torch.ops.ascendtile.onednn_linear.default
     counts, compile_graph = {"general": [], "decode": []}, AscendBackend.__call__
 
     def spying_call(backend, gm, example_inputs):
-        counts["decode" if backend.decode else "general"].append(sum(node.target is op for node in gm.graph.nodes))
+        calls = [node for node in gm.graph.nodes if node.target is op]
+        assert all(isinstance(size, int) for node in calls for size in node.args[2].meta["example_value"].shape)
+        counts["decode" if backend.decode else "general"].append(len(calls))
         return compile_graph(backend, gm, example_inputs)
 
     monkeypatch.setattr(AscendBackend, "__call__", spying_call)
