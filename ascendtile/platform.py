@@ -116,24 +116,27 @@ def vendor_from_cpuinfo(cpuinfo: str) -> str:
     return "unknown"
 
 
+def _cpuinfo() -> str | None:
+    """/proc/cpuinfo's text, None where there is none (not Linux)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
 @functools.lru_cache(maxsize=None)
 def cpu_vendor() -> str:
     """This machine's CPU vendor (vendor_from_cpuinfo), "unknown" without /proc/cpuinfo."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            return vendor_from_cpuinfo(f.read())
-    except OSError:
-        return "unknown"
+    cpuinfo = _cpuinfo()
+    return "unknown" if cpuinfo is None else vendor_from_cpuinfo(cpuinfo)
 
 
 @functools.lru_cache(maxsize=None)
 def cpu_isa() -> str:
     """This machine's CPU extensions (isa_from_cpuinfo), "unknown" without /proc/cpuinfo."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            return isa_from_cpuinfo(f.read())
-    except OSError:
-        return "unknown"
+    cpuinfo = _cpuinfo()
+    return "unknown" if cpuinfo is None else isa_from_cpuinfo(cpuinfo)
 
 
 def report() -> list[tuple[str, str]]:
