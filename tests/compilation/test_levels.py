@@ -191,7 +191,7 @@ def test_level_2_with_inductor(tiny_dir, eager_tokens, monkeypatch):
     assert counts == {"general": [0], "decode": [4 * tiny.CONFIG.num_hidden_layers] * 2}
     assert llm.engine.model.backend.num_compiles == 1
     # the decode graph: Inductor's lowering guards on a batch of one, so one compile serves the
-    # batches of 4 to 2 and one the batch of 1; no opaque op in either
+    # batches of 4 to 2 and one the batch of 1; no `ascend` op in either
     decode = llm.engine.model.decode_backend
     assert decode.num_compiles == 2 and decode.opaque_ops == [[], []]
     assert tokens == eager_tokens

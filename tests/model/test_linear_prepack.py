@@ -181,3 +181,28 @@ def test_few_fp32_rows_take_aten_on_intel_others_the_packed_weight(dtype, shape,
     torch.testing.assert_close(linear(x), F.linear(x, linear.weight, linear.bias), **tol)
     few_rows = x.numel() <= 3 * x.shape[-1]
     assert len(calls) == (0 if few_rows and dtype == torch.float32 and vendor == "GenuineIntel" else 1)
+
+
+@needs_onednn
+@pytest.mark.parametrize("shape", [(1, 48), (2, 1, 48), (4, 48), (3, 5, 48)])
+@pytest.mark.parametrize("vendor", ["GenuineIntel", "AuthenticAMD"])
+def test_onednn_linear_op_chooses_as_eager_does(shape, vendor, monkeypatch):
+    """torch.ops.ascendtile.onednn_linear, what CPU level 2's decode graph calls: the packed product
+    (aten for up to 3 fp32 rows on an Intel CPU), equal to F.linear with the bias, a NaN row kept to
+    itself, and a fake impl whose output matches."""
+    monkeypatch.setattr(linear_module, "cpu_vendor", lambda: vendor)
+    linear = _linear()
+    linear.prepack()
+    calls, pointwise = [], torch.ops.mkldnn._linear_pointwise
+    monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", lambda *a: calls.append(a) or pointwise(*a))
+    x = torch.randn(shape)
+    x.view(-1, 48)[0, 5] = float("nan")
+    out = torch.ops.ascendtile.onednn_linear(x, linear.weight, linear.packed.packed, linear.bias)
+    torch.testing.assert_close(out, F.linear(x, linear.weight, linear.bias), equal_nan=True)
+    rows = math.prod(shape[:-1])
+    assert len(calls) == (0 if rows <= 3 and vendor == "GenuineIntel" else 1)
+    flat = out.reshape(-1, 64)
+    assert flat[0].isnan().all() and not flat[1:].isnan().any()
+    with torch._subclasses.FakeTensorMode() as mode:
+        fake = linear_module._onednn_linear_fake(mode.from_tensor(x), mode.from_tensor(linear.weight), None, None)
+    assert fake.shape == out.shape and fake.dtype == out.dtype
