@@ -141,28 +141,37 @@ def float_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     return F.linear(x, weight, bias)
 
 
-@torch.library.custom_op("ascendtile::onednn_linear", mutates_args=())
+_LIB = torch.library.Library("ascendtile", "FRAGMENT")  # the namespace's DEF: expert_dispatch.py
+_LIB.define("onednn_linear(Tensor x, Tensor weight, Tensor packed, Tensor? bias) -> Tensor")
+
+
 def onednn_linear(x: torch.Tensor, weight: torch.Tensor, packed: torch.Tensor,
                   bias: torch.Tensor | None) -> torch.Tensor:
-    """x [..., K] · weight [N, K]ᵀ (+ bias [N]) -> [..., N], fp32 (or bf16 where pack_weight packs
-    it), through `packed`, weight's oneDNN-packed copy (PackedWeight.packed), or through aten where
-    few_rows_take_aten says so: float_linear's product as one op opaque to torch.compile, so that a
-    graph that is not frozen gets the packed weights too. Inductor cannot lower
-    `mkldnn._linear_pointwise` over a packed weight that is a graph input, and its own F.linear
-    becomes aten's matmul, whose small-row kernels (MKL's) read the weights at a fraction of the
-    memory's speed on AMD CPUs (few_rows_take_aten). Internal to the model layers, not part of
-    the `ascend` op contract (no kernel), hence the `ascendtile` namespace (as
-    expert_dispatch.routed_experts). Like an Int4Pack in that graph, it reads the copy prepack()
-    made, unchecked: a weight changed in place afterwards needs prepack() again."""
+    """`torch.ops.ascendtile.onednn_linear`: x [..., K] · weight [N, K]ᵀ (+ bias [N]) -> [..., N],
+    fp32 (or bf16 where pack_weight packs it), through `packed`, weight's oneDNN-packed copy
+    (PackedWeight.packed), or through aten where few_rows_take_aten says so: float_linear's product
+    as one op opaque to torch.compile, so that a graph that is not frozen gets the packed weights
+    too. Inductor cannot lower `mkldnn._linear_pointwise` over a packed weight that is a graph
+    input, and its own F.linear becomes aten's matmul, whose small-row kernels (MKL's) read the
+    weights at a fraction of the memory's speed on AMD CPUs (few_rows_take_aten). Internal to the
+    model layers, not part of the `ascend` op contract (no kernel), hence the `ascendtile`
+    namespace (as expert_dispatch.routed_experts). Registered with torch.library.Library rather
+    than torch.library.custom_op, whose Python wrapper cost ~40 µs a call (121 calls a SmolLM2
+    step). Like an Int4Pack in that graph, it reads the copy prepack() made, unchecked: a weight
+    changed in place afterwards needs prepack() again."""
     if few_rows_take_aten(x):
         return F.linear(x, weight, bias)
     return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
 
-@onednn_linear.register_fake
 def _onednn_linear_fake(x: torch.Tensor, weight: torch.Tensor, packed: torch.Tensor,
                         bias: torch.Tensor | None) -> torch.Tensor:
     return x.new_empty(*x.shape[:-1], weight.shape[0])
+
+
+# CompositeExplicitAutograd: the packed tensor's MkldnnCPU key would miss a CPU-only kernel.
+_LIB.impl("onednn_linear", onednn_linear, "CompositeExplicitAutograd")
+torch.library.register_fake("ascendtile::onednn_linear", _onednn_linear_fake, lib=_LIB)
 
 
 def widened_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
