@@ -118,8 +118,8 @@ def few_rows_take_aten(x: torch.Tensor) -> bool:
 
 def float_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                  packed: PackedWeight | None) -> torch.Tensor:
-    """x·weightᵀ + bias, through the packed copy when it is still the weight's, except for the few
-    fp32 rows that few_rows_take_aten sends to aten. bf16 stays packed: faster than aten at one
+    """x·weightᵀ + bias, through the packed copy when it is still the weight's (onednn_linear's
+    choice: except for the few fp32 rows that few_rows_take_aten sends to aten). bf16 stays packed: faster than aten at one
     row too. Not while Dynamo traces: the version check would be a data-dependent guard. A
     compiled graph gets its weights packed by Inductor's freezing instead at CPU level 2
     (compilation/freeze.py); level 3's pieces are not frozen, so their linears run unpacked.
@@ -135,9 +135,8 @@ def float_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     if (packed is not None and torch.compiler.is_compiling() and in_guarded_graph() and packed.source is weight
             and x.device.type == "cpu"):
         return torch.ops.ascendtile.onednn_linear.default(x, weight, packed.packed, bias)
-    if (packed is not None and not torch.compiler.is_compiling() and packed.usable_for(weight, x)
-            and not few_rows_take_aten(x)):
-        return torch.ops.mkldnn._linear_pointwise(x, packed.packed, bias, "none", [], "")
+    if packed is not None and not torch.compiler.is_compiling() and packed.usable_for(weight, x):
+        return onednn_linear(x, weight, packed.packed, bias)
     return F.linear(x, weight, bias)
 
 
