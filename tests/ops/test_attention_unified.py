@@ -32,6 +32,35 @@ def test_reference_matches_independent(q_lens, kv_lens, heads, kv_heads, softcap
         assert (got[int(cu[b]):int(cu[b + 1])] == 0).all()
 
 
+@pytest.mark.parametrize("q_lens,kv_lens,window,bad_block,causal_kernel", [
+    ([7, 2, 30], [7, 2, 30], 0, False, True),  # prefill from scratch, padded to 30 rows
+    ([7, 2, 30], [7, 2, 30], 0, True, False),  # a bad block id inside a sequence: its keys hidden
+    ([7, 2, 30], [7, 2, 30], 4, False, False),  # a window that hides keys
+    ([7, 2, 30], [7, 2, 30], 29, False, False),  # ... by one key: row 29 does not see key 0
+    ([7, 2, 30], [7, 2, 30], 30, False, True),  # a window as long as every sequence hides none
+    ([7, 2, 30], [9, 2, 30], 0, False, False),  # context before one sequence's queries
+])
+def test_fresh_prefill_takes_the_causal_kernel(monkeypatch, q_lens, kv_lens, window, bad_block, causal_kernel):
+    """A prefill from scratch runs torch's fused attention with is_causal and no mask (the kernel
+    skips hidden tiles); anything else that hides keys keeps the mask. Both match the formula
+    (NaN in every unused cache slot). The reference's choice, so on a device too."""
+    monkeypatch.setenv("ASCENDTILE_KERNELS", "reference")
+    query, kc, vc, table, cu, seqused = make_paged_batch(q_lens, kv_lens, 8, 2, 32, 16)
+    if bad_block:
+        table[2, 1] = kc.shape[0] + 7  # keys 16..29 of the third sequence are hidden
+    sdpa, calls = torch.nn.functional.scaled_dot_product_attention, []
+
+    def spy(*args, **kwargs):
+        calls.append((kwargs.get("is_causal", False), kwargs.get("attn_mask") is None))
+        return sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    got = ak.unified_attention(query, kc, vc, table, cu, seqused, max(q_lens), max(kv_lens), 0.2, 0.0, window)
+    expect = paged_formula(query, kc, vc, table, q_lens, kv_lens, 0.2, 0.0, window)
+    torch.testing.assert_close(got.double(), expect, rtol=1e-5, atol=1e-5)
+    assert calls == [(causal_kernel, causal_kernel)]
+
+
 def test_mixed_batch_long_context_reference():
     q_lens, kv_lens = [1, 129, 1, 40], [1000, 129, 255, 1040]
     query, kc, vc, table, cu, seqused = make_paged_batch(q_lens, kv_lens, 4, 1, 16, 64)

@@ -6,6 +6,7 @@ into [B, S, KVH, D] (from the paged cache through the block table, or from the d
 tensors through cu_seqlens_k), in fp32. Scores cost B·H·Q·S floats, so a mixed batch is split
 into two padded groups, decode sequences (q_len 1) and the rest (prefill chunks), instead of
 padding every decode row to the longest prefill chunk: at most two vectorised passes per call.
+A group of prefills from scratch needs no mask: torch's fused attention runs with is_causal.
 A decode batch (one query per sequence) skips the padded core: it gathers through the step's
 DecodePlan (_decode_plan.py), built once and reused by every layer, and attends with torch's fused
 attention (softcapped scores: one bmm per KV head). These run on CPU only (devices launch the kernels), so reading lengths to the host is cheap.
@@ -37,13 +38,24 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_len: torch.Tenso
     batch, num_q, heads, dim = q.shape
     num_k, kv_heads = k.shape[1], k.shape[2]
     key_pos = torch.arange(num_k, device=q.device)
-    key_ok = key_pos[None, :] < kv_len[:, None]  # [B, S]
-    if block_ok is not None:
-        key_ok &= block_ok
+    in_len = key_pos[None, :] < kv_len[:, None]  # [B, S]
+    key_ok = in_len if block_ok is None else in_len & block_ok
     # Unused cache slots may hold NaN/inf (uninitialised memory): zero them so that masked keys
     # contribute exactly 0 (a 0 probability times NaN would still be NaN).
     k = k.float().masked_fill_(~key_ok[..., None, None], 0.0)
     v = v.float().masked_fill_(~key_ok[..., None, None], 0.0)
+    # A fresh causal prefill (each sequence's queries are all its keys, every key's block valid, no
+    # window shorter than the longest sequence): valid row i sees keys 0..i, as SDPA's is_causal
+    # (top-left) shows them, so the fused kernel skips the hidden tiles and reads no mask (the
+    # caller drops padded rows). SmolLM2-shaped heads, one 2,048-token prompt, 30 layers: 3.9 -> 2.0 s
+    # (2 threads, AVX2 EPYC, 2026-11-27; bench/results/2026-11-27-causal-prefill.md).
+    fresh = (softcap <= 0 and causal and bool((q_len == kv_len).all())
+             and (window <= 0 or int(kv_len.max()) <= window)
+             and (block_ok is None or bool(block_ok[in_len].all())))
+    if fresh:
+        o = F.scaled_dot_product_attention(q.float().transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                           is_causal=True, scale=scale, enable_gqa=True)
+        return o.transpose(1, 2)
     q_pos = (kv_len - q_len)[:, None] + torch.arange(num_q, device=q.device)[None, :]  # [B, Q]
     visible = key_ok[:, None, :].expand(batch, num_q, num_k)
     if causal:
