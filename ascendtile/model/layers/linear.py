@@ -70,14 +70,19 @@ WIDEN_CHUNK_ELEMENTS = 1 << 20
 @dataclass(frozen=True)
 class PackedWeight:
     """A weight reordered for oneDNN, valid while `source` is the same tensor at the same version
-    (version None: an inference tensor, which has no version counter)."""
+    (version None: an inference tensor, which has no version counter). A compiled graph cannot read
+    version counters: only CPU level 2's decode graph (int4pack.in_guarded_graph) takes the pack,
+    the one prepack() made, as an Int4Pack there."""
     source: torch.Tensor
     version: int | None
     packed: torch.Tensor
 
     def usable_for(self, weight: torch.Tensor, x: torch.Tensor) -> bool:
-        return (weight is self.source and (self.version is None or weight._version == self.version)
-                and x.device.type == "cpu")
+        if torch.compiler.is_compiling():
+            current = in_guarded_graph()
+        else:
+            current = self.version is None or weight._version == self.version
+        return current and weight is self.source and x.device.type == "cpu"
 
     def __deepcopy__(self, memo: dict) -> PackedWeight | None:
         # oneDNN's opaque tensor has no storage to copy: pack the copied weight (memo makes it the
@@ -119,9 +124,9 @@ def few_rows_take_aten(x: torch.Tensor) -> bool:
 def float_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                  packed: PackedWeight | None) -> torch.Tensor:
     """x·weightᵀ + bias, through the packed copy when it is still the weight's (onednn_linear's
-    choice: except for the few fp32 rows that few_rows_take_aten sends to aten). bf16 stays packed: faster than aten at one
-    row too. Not while Dynamo traces: the version check would be a data-dependent guard. A
-    compiled graph gets its weights packed by Inductor's freezing instead at CPU level 2
+    choice: except for the few fp32 rows that few_rows_take_aten sends to aten). bf16 stays
+    packed: faster than aten at one row too. Not while Dynamo traces the general graph: the
+    version check would be a data-dependent guard. A compiled graph gets its weights packed by Inductor's freezing instead at CPU level 2
     (compilation/freeze.py); level 3's pieces are not frozen, so their linears run unpacked.
 
     bf16 on a CPU without bf16 dot products (AVX2), from BF16_AS_FP32_MIN_ROWS rows (prefill,
@@ -132,10 +137,9 @@ def float_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     if (x.dtype == torch.bfloat16 and x.device.type == "cpu" and not torch.compiler.is_compiling()
             and x.numel() >= BF16_AS_FP32_MIN_ROWS * x.shape[-1] and not cpu_has_bf16_dot()):
         return widened_linear(x, weight, bias)
-    if (packed is not None and torch.compiler.is_compiling() and in_guarded_graph() and packed.source is weight
-            and x.device.type == "cpu"):
-        return torch.ops.ascendtile.onednn_linear.default(x, weight, packed.packed, bias)
-    if packed is not None and not torch.compiler.is_compiling() and packed.usable_for(weight, x):
+    if packed is not None and packed.usable_for(weight, x):
+        if torch.compiler.is_compiling():
+            return torch.ops.ascendtile.onednn_linear.default(x, weight, packed.packed, bias)
         return onednn_linear(x, weight, packed.packed, bias)
     return F.linear(x, weight, bias)
 
