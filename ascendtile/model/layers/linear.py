@@ -126,8 +126,10 @@ def float_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     """x·weightᵀ + bias, through the packed copy when it is still the weight's (onednn_linear's
     choice: except for the few fp32 rows that few_rows_take_aten sends to aten). bf16 stays
     packed: faster than aten at one row too. Not while Dynamo traces the general graph: the
-    version check would be a data-dependent guard. A compiled graph gets its weights packed by Inductor's freezing instead at CPU level 2
-    (compilation/freeze.py); level 3's pieces are not frozen, so their linears run unpacked.
+    version check would be a data-dependent guard. That graph gets its weights packed by
+    Inductor's freezing instead at CPU level 2 (compilation/freeze.py); CPU level 2's decode graph
+    takes the pack itself (PackedWeight.usable_for); level 3's pieces are not frozen, so their
+    linears run unpacked.
 
     bf16 on a CPU without bf16 dot products (AVX2), from BF16_AS_FP32_MIN_ROWS rows (prefill,
     decode batches): widened_linear. Fewer rows read the weight in bf16: half the bytes.
