@@ -13,6 +13,7 @@ from typing import Callable
 
 from torch import fx
 
+from ascendtile.compilation.cache_key import memory_formats_by_name
 from ascendtile.compilation.config import CompilationConfig, CompilationLevel
 from ascendtile.compilation.decompose import decompose_to_references
 from ascendtile.compilation.freeze import lift_parameters, taking_kept_inputs
@@ -74,8 +75,10 @@ class AscendBackend:
 
         # Inductor reads its cache location from the environment; this sets it for this compile
         # only and drops the in-memory caches keyed on the old one. A frozen graph holds
-        # oneDNN-packed weights, which torch cannot pickle: its FX graph cache bypasses it.
-        with temporary_cache_dir(self.config.cache_dir), inductor_config.patch(freezing=freeze):
+        # oneDNN-packed weights, which torch cannot pickle: its FX graph cache bypasses it. The
+        # cache keys are the same in every process (cache_key.py).
+        with temporary_cache_dir(self.config.cache_dir), inductor_config.patch(freezing=freeze), \
+                memory_formats_by_name():
             compiled = compile_fx(gm, example_inputs)
         return compiled if kept is None else taking_kept_inputs(compiled, kept)
 
