@@ -41,4 +41,3 @@ def patch_interpreter() -> None:
 
     patch_lang.patches_once = True
     interpreter._patch_lang = patch_lang
-

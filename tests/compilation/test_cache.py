@@ -23,7 +23,7 @@ from ascendtile.model import load_model
 from compilation import tiny
 
 # The compile tests read the cache the module's fixture fills: one worker runs them.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("compile_cache")]
+pytestmark = pytest.mark.xdist_group("compile_cache")
 
 TESTS = Path(__file__).resolve().parents[1]
 # Inductor's cache key holds torch's thread count (its C++ kernels are built for it), and pytest-xdist
@@ -60,6 +60,7 @@ def filled_cache(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.mark.slow  # the fixture's Inductor compile, then a fresh process reading its pieces back
 def test_second_process_hits_the_fx_graph_cache(filled_cache):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS.parent), str(TESTS)]))
     env.pop("TORCHINDUCTOR_CACHE_DIR", None)  # only the config may point Inductor at the cache
@@ -70,6 +71,7 @@ def test_second_process_hits_the_fx_graph_cache(filled_cache):
     assert second["pieces"] == 3 and second["fxgraph_cache_hit"] == 3 and not second["fxgraph_cache_miss"]
 
 
+@pytest.mark.slow  # the fixture's Inductor compile, then the same pieces read back for other weights
 def test_cached_graph_is_not_reused_for_other_weights(filled_cache, tmp_path):
     first = load_model(str(filled_cache / "model")).model
     second = load_model(tiny.save(tmp_path / "second", seed=1)).model
