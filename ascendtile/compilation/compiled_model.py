@@ -15,18 +15,21 @@ On CPU with cpu_decode_graph set, level 2 gives decode steps (every sequence one
 graph of their own, in which rope, the KV write and attention take their traceable forms
 (decompose.py): a decode step then runs no `ascend` op and Inductor compiles all of it but the
 linears whose weights are packed for oneDNN (layers/linear.py: onednn_linear). Unlike the
-general graph it keeps its guards: Inductor's lowering of the gathers and of rope's strided writes
-guards on the batch being 1 or more, so a batch of one gets a compile of its own (Dynamo's guards,
-not an assumption, decide). Its caches are traced with static shapes, which makes the layers'
-kernels one set instead of one per layer's cache symbols; caches of another shape fail its guards
-and retrace it. W4A16 linears take torch's int4 kernel there (model/layers/int4pack.py), as eager
-decode does; the general graph runs their exact op.
+general graph it has guards that matter: Inductor's lowering of the gathers and of rope's strided
+writes guards on the batch being 1 or more, so a batch of one gets a compile of its own. Its
+caches are traced with static shapes, which makes the layers' kernels one set instead of one per
+layer's cache symbols; caches of another shape fail its guards and retrace it. W4A16 linears take
+torch's int4 kernel there (model/layers/int4pack.py) up to its row bound, which is a guard too, as
+eager decode does; the general graph runs their exact op. Those three are the variants its entries
+differ in: the first step of each variant goes through Dynamo with its guards evaluated, and the
+variant's later steps call the bytecode of the entry that served it, with no guard evaluation
+(direct_call.py; `decode_calls` counts both kinds).
 """
 from __future__ import annotations
 
 import contextlib
 import types
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 import torch._dynamo.config as dynamo_config
@@ -35,6 +38,7 @@ from torch import nn
 
 from ascendtile.compilation.backend import AscendBackend
 from ascendtile.compilation.config import CompilationConfig, CompilationLevel
+from ascendtile.compilation.direct_call import capturing_bytecode
 from ascendtile.compilation.piece_capture import CaptureSpec
 from ascendtile.model.attention_metadata import AttentionMetadata
 from ascendtile.model.layers import int4pack
@@ -52,7 +56,15 @@ class CompiledModel:
         self.decode_backend = (AscendBackend(config, device_type, decode=True)
                                if device_type == "cpu" and config.level == CompilationLevel.DYNAMO_ONCE
                                and config.cpu_decode_graph else None)
+        self._decode_method = _own_code(model.forward)
         self._decode_forward: Callable | None = None
+        self._attention_layers: list[nn.Module] | None = None
+        # The decode graph's compiled bytecode per variant (a batch of one, a batch within W4A16
+        # packs' row bound, the caches' shapes): what its entries' guards tell apart (_run_decode).
+        self._decode_direct: dict[tuple[bool, bool, tuple[torch.Size, ...]], Callable] = {}
+        self._decode_codes: list[Callable] = []  # every compile's, in order
+        # decode steps that went through Dynamo (guards evaluated) / straight to a captured entry
+        self.decode_calls = {"guarded": 0, "direct": 0}
 
     def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor, attn_metadata: AttentionMetadata) -> torch.Tensor:
         # A validated step's ops skip their validators inside the graph too (the eager model skips
@@ -63,14 +75,10 @@ class CompiledModel:
     def _run(self, input_ids: torch.Tensor, positions: torch.Tensor, attn_metadata: AttentionMetadata) -> torch.Tensor:
         if self.config.level == CompilationLevel.DYNAMO_AS_IS:
             return self._forward(input_ids, positions, attn_metadata)
-        # floats (eps, softmax scale) stay constants: symbolic ones make Inductor restart the trace.
-        # No duck shaping: a block-table width that happens to equal a constant model dim (KV heads)
-        # would share its symbol and be specialized with it.
-        with fx_config.patch(backed_size_oblivious=True, use_duck_shape=False), \
-                dynamo_config.patch(specialize_float=True):
-            if (self.decode_backend is not None and attn_metadata.validated and attn_metadata.max_seqlen_q == 1
-                    and input_ids.shape[0] == attn_metadata.num_seqs):
-                return self._run_decode(input_ids, positions, attn_metadata)
+        if (self.decode_backend is not None and attn_metadata.validated and attn_metadata.max_seqlen_q == 1
+                and input_ids.shape[0] == attn_metadata.num_seqs):
+            return self._run_decode(input_ids, positions, attn_metadata)
+        with _tracing_config():
             if not self.backend.num_compiles:
                 return self._forward(input_ids, positions, attn_metadata)
             with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
@@ -78,20 +86,41 @@ class CompiledModel:
 
     def _run_decode(self, input_ids: torch.Tensor, positions: torch.Tensor,
                     attn_metadata: AttentionMetadata) -> torch.Tensor:
+        # A batch of one and caches of another shape retrace the decode graph (Inductor's lowering
+        # of the gathers guards on the batch size being 1 or more; the caches are static), and so
+        # do W4A16 linears' packs past their row bound (int4pack.INT4PACK_MAX_ROWS); nothing else
+        # does. So the first call of such a variant goes through Dynamo, its guards
+        # evaluated, and later calls of the variant run the bytecode of the entry that served it
+        # (direct_call.py): the one that call compiled, or the only one there is. Dynamo's call
+        # path, guards included, cost ~1.1 ms of a SmolLM2 step (bench/results/2026-11-27-direct-decode.md).
+        if self._attention_layers is None:
+            self._attention_layers = self.model.attention_layers()
+        # every step: an allocate_kv_cache on the model replaces them. mark_static marks nothing
+        # on a 0-dim tensor.
+        caches = [t for attn in self._attention_layers for t in attn.__dict__.values()
+                  if type(t) is torch.Tensor and t.dim()]
+        batch = input_ids.shape[0]
+        variant = (batch == 1, batch <= int4pack.INT4PACK_MAX_ROWS, tuple(cache.shape for cache in caches))
+        direct = self._decode_direct.get(variant)
+        if direct is not None:
+            self.decode_calls["direct"] += 1
+            return direct(self.model, input_ids, positions, attn_metadata)
+        self.decode_calls["guarded"] += 1
         if self._decode_forward is None:
-            self._decode_forward = torch.compile(_own_code(self.model.forward), backend=self.decode_backend,
+            self._decode_forward = torch.compile(self._decode_method, backend=self.decode_backend,
                                                  fullgraph=True, dynamic=True)
-        # The decode graph evaluates its guards (Inductor's lowering of the gathers guards on the
-        # batch size being 1 or more), so a batch of one and a cache of another shape retrace it.
-        # Its caches are static while it runs: the marks live on the tensors, and the general
+        # Its caches are static while it traces: the marks live on the tensors, and the general
         # graph must keep the caches' sizes symbolic.
-        caches = [t for attn in self.model.attention_layers() for t in vars(attn).values()
-                  if isinstance(t, torch.Tensor) and t.dim()]  # mark_static marks nothing on a 0-dim tensor
         for cache in caches:
             torch._dynamo.mark_static(cache)
         try:
-            with int4pack.guarded_graph():
-                return self._decode_forward(input_ids, positions, attn_metadata)
+            with _tracing_config(), int4pack.guarded_graph(), \
+                    capturing_bytecode(self._decode_method.__func__) as compiled:
+                out = self._decode_forward(input_ids, positions, attn_metadata)
+            self._decode_codes += compiled
+            if compiled or len(self._decode_codes) == 1:
+                self._decode_direct[variant] = self._decode_codes[-1]
+            return out
         finally:
             for cache in caches:
                 del cache._dynamo_static_indices, cache._has_dynamo_dim_marking
@@ -114,6 +143,17 @@ class CompiledModel:
                 f"{self.backend.num_compiles} compile(s){f' ({pieces} pieces)' if pieces else ''}"
                 f"{f' + {decode.num_compiles} of the decode graph' if decode is not None else ''}, "
                 f"{self.compile_seconds:.1f} s")
+
+
+@contextlib.contextmanager
+def _tracing_config() -> Iterator[None]:
+    """The config Dynamo traces under at levels 2 and 3. Floats (eps, softmax scale) stay
+    constants: symbolic ones make Inductor restart the trace. No duck shaping: a block-table width
+    that happens to equal a constant model dim (KV heads) would share its symbol and be specialized
+    with it."""
+    with fx_config.patch(backed_size_oblivious=True, use_duck_shape=False), \
+            dynamo_config.patch(specialize_float=True):
+        yield
 
 
 def _own_code(method: types.MethodType) -> types.MethodType:

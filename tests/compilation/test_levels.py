@@ -60,6 +60,10 @@ def test_levels_2_and_3_compile_once_over_64_steps(tiny_dir, eager_tokens, level
     decode = llm.engine.model.decode_backend
     if level == 2:  # every decode step (4 sequences down to 1) ran the decode graph, decomposed
         assert decode.num_compiles == 1 and decode.opaque_ops == [[]]
+        # Dynamo (guards evaluated) saw the first step of 4 sequences and the first of 1, whose
+        # one entry served both; every other decode step called that entry's bytecode directly
+        calls = llm.engine.model.decode_calls
+        assert calls["guarded"] == 2 and calls["direct"] >= 60
     else:
         assert decode is None
     assert tokens == eager_tokens
@@ -155,10 +159,13 @@ def test_level_2_decode_graph_retraces_for_other_cache_shapes(tmp_path):
     fresh caches."""
     model = load_model(tiny.save(tmp_path)).model
     compiled = compile_model(model, CompilationConfig(level=2, use_inductor=False, cpu_decode_graph=True))
-    for blocks_per_seq, compiles in ((4, 1), (4, 1), (6, 2)):
+    # run_steps has 2 decode steps: of 2 sequences, then of 1
+    for blocks_per_seq, compiles, guarded in ((4, 1, 2), (4, 1, 2), (6, 2, 4)):
         want = tiny.run_steps(model, blocks_per_seq=blocks_per_seq)
         got = tiny.run_steps(model, compiled, blocks_per_seq=blocks_per_seq)
         assert compiled.decode_backend.num_compiles == compiles
+        # the run on fresh caches of the same shapes called the bytecode straight, on them
+        assert compiled.decode_calls["guarded"] == guarded
         for g, w in zip(got, want):
             torch.testing.assert_close(g, w, rtol=0, atol=1e-5)
     caches = [t for attn in model.attention_layers() for t in vars(attn).values() if isinstance(t, torch.Tensor)]
@@ -194,4 +201,7 @@ def test_level_2_with_inductor(tiny_dir, eager_tokens, monkeypatch):
     # batches of 4 to 2 and one the batch of 1; no `ascend` op in either
     decode = llm.engine.model.decode_backend
     assert decode.num_compiles == 2 and decode.opaque_ops == [[], []]
+    # only each batch size's first step went through Dynamo; the rest ran the bytecode it compiled
+    calls = llm.engine.model.decode_calls
+    assert calls["guarded"] == 2 and calls["direct"] >= 60
     assert tokens == eager_tokens

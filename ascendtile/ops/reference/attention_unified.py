@@ -33,7 +33,8 @@ def unified_attention(out: torch.Tensor, query: torch.Tensor, key_cache: torch.T
         return
 
     def gather(seqs: torch.Tensor, num_k: int):
-        ids, block_ok = block_ids(block_table[seqs], key_cache.shape[0], key_cache.shape[1], num_k, kv_len[seqs])
+        ids, block_ok = block_ids(block_table.index_select(0, seqs), key_cache.shape[0], key_cache.shape[1], num_k,
+                                  kv_len.index_select(0, seqs))
         return gather_paged(key_cache, ids, num_k, scales[0]), gather_paged(value_cache, ids, num_k, scales[1]), block_ok
 
     run_groups(out, query, q_start, q_len, kv_len, gather, scale, softcap, sliding_window, True)

@@ -21,7 +21,10 @@ def flash_attention_varlen(out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, 
     kv_len = cu_seqlens_k[1:].long() - k_start
 
     def gather(seqs: torch.Tensor, num_k: int):
-        rows = (k_start[seqs, None] + torch.arange(num_k, device=k.device)[None, :]).clamp(max=k.shape[0] - 1)
-        return k[rows], v[rows], None
+        rows = (k_start.index_select(0, seqs)[:, None] + torch.arange(num_k, device=k.device)[None, :]).clamp(
+            max=k.shape[0] - 1)
+        flat = rows.flatten()
+        return (k.index_select(0, flat).view(*rows.shape, *k.shape[1:]),
+                v.index_select(0, flat).view(*rows.shape, *v.shape[1:]), None)
 
     run_groups(out, q, q_start, q_len, kv_len, gather, scale, 0.0, 0, causal)
