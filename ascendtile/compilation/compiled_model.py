@@ -92,11 +92,12 @@ class CompiledModel:
         # does. So the first call of such a variant goes through Dynamo, its guards
         # evaluated, and later calls of the variant run the bytecode of the entry that served it
         # (direct_call.py): the one that call compiled, or the only one there is. Dynamo's call
-        # path, guards included, cost ~1.1 ms of a SmolLM2 step (bench/results/2026-11-27-direct-decode.md).
+        # path, guards included, cost ~0.9 ms of a bf16 SmolLM2 step at batch 1
+        # (bench/results/2026-11-27-direct-decode.md).
         if self._attention_layers is None:
             self._attention_layers = self.model.attention_layers()
-        # every step: an allocate_kv_cache on the model replaces them. mark_static marks nothing
-        # on a 0-dim tensor.
+        # The caches are read every step: an allocate_kv_cache on the model replaces them.
+        # mark_static marks nothing on a 0-dim tensor.
         caches = [t for attn in self._attention_layers for t in attn.__dict__.values()
                   if type(t) is torch.Tensor and t.dim()]
         batch = input_ids.shape[0]

@@ -200,8 +200,9 @@ def run_groups(out: torch.Tensor, query: torch.Tensor, q_start: torch.Tensor, q_
         seqs = group.nonzero().flatten()
         if seqs.numel() == 0:
             continue
-        # index_select / index_copy_ rather than aten::index and index_put: those take ~100 µs
-        # each on a 128-token prefill's rows (a third of a SmolLM2 layer's attention)
+        # index_select / index_copy_ rather than aten::index and index_put (which open a parallel
+        # region even for a few rows, see gather_paged): a 128-token SmolLM2 prefill layer 574-625
+        # against 610-658 µs (bench/results/2026-11-27-direct-decode.md)
         g_q, g_k = q_len.index_select(0, seqs), kv_len.index_select(0, seqs)
         num_q, num_k = int(g_q.max()), max(int(g_k.max()), 1)
         pos = torch.arange(num_q, device=query.device)
