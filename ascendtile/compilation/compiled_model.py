@@ -91,7 +91,9 @@ class CompiledModel:
         # do W4A16 linears' packs past their row bound (int4pack.INT4PACK_MAX_ROWS); nothing else
         # does. So the first call of such a variant goes through Dynamo, its guards
         # evaluated, and later calls of the variant run the bytecode of the entry that served it
-        # (direct_call.py): the one that call compiled, or the only one there is. Dynamo's call
+        # (direct_call.py): the one that call compiled, or the only one there is. (A first call that
+        # compiled nothing while several entries exist, which only happens without Inductor, leaves
+        # its variant going through Dynamo: correct, just not faster.) Dynamo's call
         # path, guards included, cost ~0.9 ms of a bf16 SmolLM2 step at batch 1
         # (bench/results/2026-11-27-direct-decode.md).
         if self._attention_layers is None:

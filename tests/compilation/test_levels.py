@@ -115,6 +115,24 @@ def test_level_2_decode_graph_takes_the_int4_pack(tiny_dir):
     assert tokens == eager
 
 
+@pytest.mark.skipif(not int4pack.cpu_vectorises_int4pack(), reason="no int4 pack on this CPU")
+def test_level_2_decode_graph_keys_the_int4_row_bound(tiny_dir, monkeypatch):
+    """W4A16 packs' row bound (lowered to 2 rows) is a guard of the decode graph: the batches of 4
+    run an entry with the exact op, those of 2 one with the int4 kernel, and the direct calls keep
+    them apart (the bound is part of their key; without it the batches of 2 would run the first
+    entry), so each entry goes through Dynamo once. Greedy tokens equal eager W4A16's, whose
+    linears switch at the same bound."""
+    monkeypatch.setattr(int4pack, "INT4PACK_MAX_ROWS", 2)
+    max_tokens = [20, 20, 10, 10]  # 4 sequences decode together, then 2
+    eager = _generate(tiny_dir, None, quantization="w4a16", max_tokens=max_tokens)[1]
+    llm = _llm(tiny_dir, {"level": 2, "use_inductor": False, "cpu_decode_graph": True}, quantization="w4a16")
+    tokens = _tokens(llm, max_tokens)
+    model, linears = llm.engine.model, 4 * tiny.CONFIG.num_hidden_layers
+    assert model.decode_backend.opaque_ops == [["w4a16_linear"] * linears, []]
+    assert model.decode_calls == {"guarded": 2, "direct": 17}
+    assert tokens == eager
+
+
 def _count_onednn_linears(monkeypatch) -> dict[str, list[int]]:
     """Per compile from now on, of the general and of the decode graphs: their onednn_linear calls,
     whose packed weights must enter with static shapes (one symbol pair per linear otherwise)."""

@@ -57,10 +57,11 @@ VECTOR_CAPABILITIES = ("AVX2", "AVX512")
 # Rows of activations up to which int4pack beats the op (the table above: they cross at ~128 rows).
 INT4PACK_MAX_ROWS = 128
 
-# True while a compiled graph that evaluates its guards traces and runs (CPU level 2's decode graph,
-# compilation/compiled_model.py). Only such a graph may take the pack: its row bound becomes a guard
-# on the batch size, and the general level-2 graph, which runs without evaluating guards, must not
-# depend on a size. Dynamo guards on this global too.
+# True while a compiled graph whose guards decide between its entries traces and runs through
+# Dynamo (CPU level 2's decode graph, compilation/compiled_model.py). Only such a graph may take the
+# pack: its row bound becomes a guard on the batch size, which the decode graph's direct calls key
+# their entries by too, and the general level-2 graph, which runs without evaluating guards, must
+# not depend on a size. Dynamo guards on this global too.
 _in_guarded_graph = False
 
 

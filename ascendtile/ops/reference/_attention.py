@@ -92,13 +92,17 @@ def block_ids(block_table: torch.Tensor, num_blocks: int, block_size: int, num_k
     return safe, (~bad).repeat_interleave(block_size, 1)[:, :num_k]
 
 
+def take_rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """x [N, ...] at the rows of index (int32 or int64, any shape) -> [*index.shape, ...], a copy through
+    index_select, not x[index]: aten::index opens a parallel region even for a few rows, which
+    measured ~8 ms a call at 2 threads while another process held the second core (~15 us idle)."""
+    return x.index_select(0, index.flatten()).view(*index.shape, *x.shape[1:])
+
+
 def gather_paged(cache: torch.Tensor, ids: torch.Tensor, num_k: int, scale: torch.Tensor | None = None) -> torch.Tensor:
     """[B, num_k, KVH, D] rows of each sequence (a copy) through the ids of block_ids; an int8
-    cache's rows dequantized to fp32 with `scale` (see the module doc). index_select, not
-    cache[ids]: aten::index opens a parallel region even for a few blocks, which measured ~8 ms
-    per call at 2 threads while another process held the second core (~15 us idle)."""
-    batch, blocks = ids.shape
-    rows = cache.index_select(0, ids.flatten()).view(batch, blocks * cache.shape[1], *cache.shape[2:])[:, :num_k]
+    cache's rows dequantized to fp32 with `scale` (see the module doc), taken by take_rows."""
+    rows = take_rows(cache, ids).flatten(1, 2)[:, :num_k]
     if scale is None:
         return rows
     return dequantize(rows, block_scales(scale, ids, num_k) if scale.dim() == 3 else static_scale(scale, cache.shape[2]))
@@ -200,15 +204,15 @@ def run_groups(out: torch.Tensor, query: torch.Tensor, q_start: torch.Tensor, q_
         seqs = group.nonzero().flatten()
         if seqs.numel() == 0:
             continue
-        # index_select / index_copy_ rather than aten::index and index_put (which open a parallel
-        # region even for a few rows, see gather_paged): a 128-token SmolLM2 prefill layer 574-625
-        # against 610-658 µs (bench/results/2026-11-27-direct-decode.md)
+        # index_select / index_copy_ rather than aten::index and index_put (see take_rows): a
+        # 128-token SmolLM2 prefill layer 574-625 against 610-658 µs
+        # (bench/results/2026-11-27-direct-decode.md)
         g_q, g_k = q_len.index_select(0, seqs), kv_len.index_select(0, seqs)
         num_q, num_k = int(g_q.max()), max(int(g_k.max()), 1)
         pos = torch.arange(num_q, device=query.device)
         valid = (pos[None, :] < g_q[:, None]).flatten().nonzero().flatten()  # kept rows of [B * Q]
         rows = (q_start.index_select(0, seqs)[:, None] + pos[None, :]).clamp(max=query.shape[0] - 1)
         k, v, block_ok = gather_kv(seqs, num_k)
-        q = query.index_select(0, rows.flatten()).view(*rows.shape, heads, dim)
-        o = attend(q, k, v, g_q, g_k, scale, softcap, window, causal, block_ok).reshape(-1, heads, dim)
+        o = attend(take_rows(query, rows), k, v, g_q, g_k, scale, softcap, window, causal, block_ok)
+        o = o.reshape(-1, heads, dim)
         out.index_copy_(0, rows.flatten().index_select(0, valid), o.index_select(0, valid).to(out.dtype))

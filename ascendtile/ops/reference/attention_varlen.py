@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ascendtile.ops.reference._attention import run_groups
+from ascendtile.ops.reference._attention import run_groups, take_rows
 
 
 def flash_attention_varlen(out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -23,8 +23,6 @@ def flash_attention_varlen(out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, 
     def gather(seqs: torch.Tensor, num_k: int):
         rows = (k_start.index_select(0, seqs)[:, None] + torch.arange(num_k, device=k.device)[None, :]).clamp(
             max=k.shape[0] - 1)
-        flat = rows.flatten()
-        return (k.index_select(0, flat).view(*rows.shape, *k.shape[1:]),
-                v.index_select(0, flat).view(*rows.shape, *v.shape[1:]), None)
+        return take_rows(k, rows), take_rows(v, rows), None
 
     run_groups(out, q, q_start, q_len, kv_len, gather, scale, 0.0, 0, causal)
