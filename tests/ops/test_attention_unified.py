@@ -253,25 +253,28 @@ def test_bad_inputs_int8(values_checked):
 
 @pytest.mark.parametrize("kv_lens", [[1, 17, 40], [33, 0, 5], [16]])
 @pytest.mark.parametrize("heads,kv_heads,softcap,window", [(8, 8, 0.0, 0), (8, 2, 30.0, 0), (5, 1, 0.0, 4)])
-def test_decode_traceable_matches_independent(kv_lens, heads, kv_heads, softcap, window):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_decode_traceable_matches_independent(kv_lens, heads, kv_heads, softcap, window, dtype):
     """The decode graph's form (compilation/decompose.py) of a decode batch: NaN in every unused
     slot, a strided query, a bad block id inside a sequence's blocks (its keys hidden), an empty
-    sequence (0 out), and a max_seqlen_k whose gather reaches past every sequence."""
+    sequence (0 out), and a max_seqlen_k whose gather reaches past every sequence. fp32 caches take
+    the values' bmm, bf16 caches the fused sum."""
     from ascendtile.ops.reference.attention_unified import unified_attention_decode_traceable
 
     q_lens = [1] * len(kv_lens)
-    query, kc, vc, table, cu, seqused = make_paged_batch(q_lens, kv_lens, heads, kv_heads, 32, 16)
+    query, kc, vc, table, cu, seqused = make_paged_batch(q_lens, kv_lens, heads, kv_heads, 32, 16, dtype)
     if max(kv_lens) > 16:
         row = kv_lens.index(max(kv_lens))
         table[row, 1] = kc.shape[0] + 7  # out of range: keys 16..31 of that sequence are hidden
-    strided = torch.randn(len(kv_lens), heads + 3, 32)
+    strided = torch.randn(len(kv_lens), heads + 3, 32, dtype=dtype)
     strided[:, :heads] = query
     query = strided[:, :heads]
-    out = torch.full(query.shape, float("nan"))
+    out = torch.full(query.shape, float("nan"), dtype=dtype)
     max_k = min(max(kv_lens) + 5, table.shape[1] * 16)
     unified_attention_decode_traceable(out, query, kc, vc, table, cu, seqused, 1, max_k, 0.2, softcap, window)
     expect = paged_formula(query, kc, vc, table, q_lens, kv_lens, 0.2, softcap, window)
-    torch.testing.assert_close(out.double(), expect, rtol=1e-5, atol=1e-5)
+    tol = 1e-5 if dtype == torch.float32 else 1e-2  # bf16: the output rounded once (fp32 math inside)
+    torch.testing.assert_close(out.double(), expect, rtol=tol, atol=tol)
     with pytest.raises(ValueError, match="^kv_cache_dtype: the traceable decode attention reads float caches"):
         unified_attention_decode_traceable(out, query, kc, vc, table, cu, seqused, 1, max_k, 0.2, softcap, window,
                                            "int8")

@@ -51,13 +51,18 @@ def unified_attention_decode_traceable(out: torch.Tensor, query: torch.Tensor, k
     compiles it with the rest of the step. Keys are gathered up to max_seqlen_k (a SymInt in the
     graph) for every sequence; a key is visible where the eager path shows it (j < kv_len, its block
     id in [0, num_blocks), inside the window), hidden keys are zeroed before the products (unused
-    slots may hold NaN) and a query with no visible key gets 0. Keys and values are gathered
-    straight into [B · KVH, keys, D] rows and the query made contiguous, so scores and values each
-    take one bmm over every sequence and KV head by views that need no guard on the batch size (a
-    reshape of strided operands would). That is 2 bmm calls a layer instead of one per KV head
-    and product over strided slices (6 for SmolLM2): a bf16 SmolLM2 decode step at batch 32, level 2
-    with the decode graph, 58.2 vs 63.0 ms, median of 5 interleaved (2026-11-27, AMD EPYC with
-    avx512_bf16; bench/results/2026-11-27-avx512-bf16-vllm.md)."""
+    slots may hold NaN) and a query with no visible key gets 0.
+
+    The scores are a product summed over the head dim, which Inductor fuses with the gather: each
+    key row is read from the cache in its own dtype and widened in registers, with no gathered fp32
+    copy of the keys in memory. The values' product is fused the same way for 16-bit caches. For an
+    fp32 cache it is one bmm over values gathered into [B · KVH, keys, D] (contiguous views that
+    need no guard on the batch size): there Inductor (torch 2.13) vectorises the fused sum along
+    the keys, loading 16 gathered rows per vector, ~6x slower at batch 32. One layer, SmolLM2
+    heads, 192 keys, compiled alone, µs (2026-11-27, AMD EPYC with avx512_bf16;
+    bench/results/2026-11-27-fused-decode-attention.md):
+    bf16 batch 1: 64 -> 44, batch 32: 573 -> 490; fp32 batch 1: 64 -> 53, batch 32: 739 -> 539,
+    against two bmm over gathered fp32 rows."""
     if kv_cache_dtype != "auto":
         raise ValueError(f"kv_cache_dtype: the traceable decode attention reads float caches ('auto'), "
                          f"got {kv_cache_dtype!r}")
@@ -74,19 +79,21 @@ def unified_attention_decode_traceable(out: torch.Tensor, query: torch.Tensor, k
     visible = (key_pos < kv_len) & ((ids >= 0) & (ids < num_blocks))[:, key_block]  # [B, num_k]
     if sliding_window > 0:
         visible &= key_pos > kv_len - 1 - sliding_window
-    # [B, KVH, num_k] rows of the cache viewed as [slots · KVH, D], read by one index: the gathered
-    # rows come out contiguous in [B, KVH, num_k, D] order, no reshape of a gathered [B * blocks, ...]
+    # [B, KVH, num_k] rows of the cache viewed as [slots · KVH, D], read by one index
     slots = ids.clamp(0, num_blocks - 1)[:, key_block] * block_size + key_pos % block_size
     rows = slots[:, None, :] * kv_heads + torch.arange(kv_heads, device=query.device)[:, None]
 
-    def gathered(cache: torch.Tensor) -> torch.Tensor:  # [B * KVH, num_k, D]
-        kept = torch.where(visible[:, None, :, None], cache.view(-1, dim)[rows].float(), 0.0)
-        return kept.view(batch * kv_heads, num_k, dim)
+    def gathered(cache: torch.Tensor) -> torch.Tensor:  # [B, KVH, num_k, D] fp32
+        return torch.where(visible[:, None, :, None], cache.view(-1, dim)[rows].float(), 0.0)
 
-    keys, values = gathered(key_cache), gathered(value_cache)
-    q = query.float().contiguous().view(batch * kv_heads, group, dim)
-    scores = torch.bmm(q, keys.transpose(1, 2)).view(batch, kv_heads, group, num_k) * scale
+    q = query.float().view(batch, kv_heads, group, 1, dim)
+    scores = (q * gathered(key_cache)[:, :, None]).sum(-1) * scale  # [B, KVH, G, num_k]
     if softcap > 0:
         scores = softcap * torch.tanh(scores / softcap)
     probs = torch.softmax(scores.masked_fill(~visible[:, None, None, :], float("-inf")), dim=-1).nan_to_num(0.0)
-    out.copy_(torch.bmm(probs.view(batch * kv_heads, group, num_k), values).view(batch, heads, dim))
+    values = gathered(value_cache)
+    if value_cache.dtype == torch.float32:
+        o = torch.bmm(probs.view(batch * kv_heads, group, num_k), values.view(batch * kv_heads, num_k, dim))
+    else:
+        o = (probs[..., None] * values[:, :, None]).sum(-2)  # [B, KVH, G, D]
+    out.copy_(o.view(batch, heads, dim))
