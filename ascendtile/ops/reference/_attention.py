@@ -40,10 +40,12 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_len: torch.Tenso
     key_pos = torch.arange(num_k, device=q.device)
     in_len = key_pos[None, :] < kv_len[:, None]  # [B, S]
     key_ok = in_len if block_ok is None else in_len & block_ok
-    # Unused cache slots may hold NaN/inf (uninitialised memory): zero them so that masked keys
-    # contribute exactly 0 (a 0 probability times NaN would still be NaN).
-    k = k.float().masked_fill_(~key_ok[..., None, None], 0.0)
-    v = v.float().masked_fill_(~key_ok[..., None, None], 0.0)
+    k, v = k.float(), v.float()
+    if not bool(key_ok.all()):  # (a lone sequence's keys are all visible: nothing to zero)
+        # Unused cache slots may hold NaN/inf (uninitialised memory): zero them so that masked keys
+        # contribute exactly 0 (a 0 probability times NaN would still be NaN).
+        k.masked_fill_(~key_ok[..., None, None], 0.0)
+        v.masked_fill_(~key_ok[..., None, None], 0.0)
     # A fresh causal prefill (each sequence's queries are all its keys, every key's block valid, no
     # window shorter than the longest sequence): valid row i sees keys 0..i, as SDPA's is_causal
     # (top-left) shows them, so the fused kernel skips the hidden tiles and reads no mask (the
@@ -204,15 +206,24 @@ def run_groups(out: torch.Tensor, query: torch.Tensor, q_start: torch.Tensor, q_
         seqs = group.nonzero().flatten()
         if seqs.numel() == 0:
             continue
+        g_q, g_k = q_len.index_select(0, seqs), kv_len.index_select(0, seqs)
+        num_q, num_k = int(g_q.max()), max(int(g_k.max()), 1)
+        k, v, block_ok = gather_kv(seqs, num_k)
+        if seqs.numel() == 1:
+            # A lone sequence (a single prompt's prefill): its rows are a slice of query and of out,
+            # with no row index; with its zeroing skipped in attend, a 128-token SmolLM2 bf16 layer
+            # 729-737 against 864-891 µs (bench/results/2026-11-27-fused-decode-attention.md).
+            start = int(q_start[seqs])
+            rows = slice(start, start + num_q)
+            o = attend(query[rows][None], k, v, g_q, g_k, scale, softcap, window, causal, block_ok)
+            out[rows] = o[0]
+            continue
         # index_select / index_copy_ rather than aten::index and index_put (see take_rows): a
         # 128-token SmolLM2 prefill layer 574-625 against 610-658 µs
         # (bench/results/2026-11-27-direct-decode.md)
-        g_q, g_k = q_len.index_select(0, seqs), kv_len.index_select(0, seqs)
-        num_q, num_k = int(g_q.max()), max(int(g_k.max()), 1)
         pos = torch.arange(num_q, device=query.device)
         valid = (pos[None, :] < g_q[:, None]).flatten().nonzero().flatten()  # kept rows of [B * Q]
         rows = (q_start.index_select(0, seqs)[:, None] + pos[None, :]).clamp(max=query.shape[0] - 1)
-        k, v, block_ok = gather_kv(seqs, num_k)
         o = attend(take_rows(query, rows), k, v, g_q, g_k, scale, softcap, window, causal, block_ok)
         o = o.reshape(-1, heads, dim)
         out.index_copy_(0, rows.flatten().index_select(0, valid), o.index_select(0, valid).to(out.dtype))
