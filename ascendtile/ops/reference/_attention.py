@@ -5,7 +5,8 @@ One masked-softmax core works on a padded batch: query [B, Q, H, D] against keys
 into [B, S, KVH, D] (from the paged cache through the block table, or from the dense varlen
 tensors through cu_seqlens_k), in fp32. Scores cost B·H·Q·S floats, so a mixed batch is split
 into two padded groups, decode sequences (q_len 1) and the rest (prefill chunks), instead of
-padding every decode row to the longest prefill chunk: at most two vectorised passes per call.
+padding every decode row to the longest prefill chunk: at most two vectorised passes per call. A
+group of one sequence (a single prompt's prefill) reads and writes its rows as slices, unpadded.
 A group of prefills from scratch needs no mask: torch's fused attention runs with is_causal.
 A decode batch (one query per sequence) skips the padded core: it gathers through the step's
 DecodePlan (_decode_plan.py), built once and reused by every layer, and attends with torch's fused
