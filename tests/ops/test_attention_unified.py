@@ -278,3 +278,21 @@ def test_decode_traceable_matches_independent(kv_lens, heads, kv_heads, softcap,
     with pytest.raises(ValueError, match="^kv_cache_dtype: the traceable decode attention reads float caches"):
         unified_attention_decode_traceable(out, query, kc, vc, table, cu, seqused, 1, max_k, 0.2, softcap, window,
                                            "int8")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_decode_traceable_compiled_matches_independent(dtype):
+    """The same form as Inductor compiles it into the decode graph: the fused gather-and-sum of the
+    scores, and of the values for bf16 caches (a bmm for fp32), over NaN-poisoned unused slots, a
+    bad block id and an empty sequence, against the independent formula."""
+    from ascendtile.ops.reference.attention_unified import unified_attention_decode_traceable
+
+    kv_lens, heads, kv_heads = [1, 17, 40, 0], 8, 2
+    query, kc, vc, table, cu, seqused = make_paged_batch([1] * len(kv_lens), kv_lens, heads, kv_heads, 32, 16, dtype)
+    table[2, 1] = kc.shape[0] + 7  # keys 16..31 of the 40-key sequence are hidden
+    out = torch.full(query.shape, float("nan"), dtype=dtype)
+    compiled = torch.compile(unified_attention_decode_traceable, backend="inductor", fullgraph=True)
+    compiled(out, query, kc, vc, table, cu, seqused, 1, 45, 0.2, 0.0, 0)
+    expect = paged_formula(query, kc, vc, table, [1] * len(kv_lens), kv_lens, 0.2)
+    tol = 1e-5 if dtype == torch.float32 else 1e-2
+    torch.testing.assert_close(out.double(), expect, rtol=tol, atol=tol)
