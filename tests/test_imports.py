@@ -1,7 +1,7 @@
 """Imports flow one way between ascendtile's packages (docs/architecture.md, module map):
 cli -> bench -> runtime -> compilation -> model -> ops -> kernels (runtime also calls the
-sampling ops), with lowering beside kernels and distributed (the tensor-parallel group and its
-collectives) below model. Every import statement counts, including the lazy
+sampling ops), with lowering beside kernels, distributed (the tensor-parallel group and its
+collectives) below model and cpu (C++ kernels of the CPU path) below compilation. Every import statement counts, including the lazy
 ones inside functions, so no cycle can hide in a function."""
 from pathlib import Path
 
@@ -17,7 +17,8 @@ ALLOWED = {
     "lowering": {"kernels", "platform"},
     "distributed": set(),
     "model": {"distributed", "ops", "platform"},
-    "compilation": {"model", "ops", "platform"},  # passes name ops; decomposition reads ops/reference
+    "cpu": set(),  # C++ kernels of the CPU path, built and loaded on their own
+    "compilation": {"cpu", "model", "ops", "platform"},  # passes name ops; decomposition reads ops/reference and cpu
     # ops: the sampler's sampling family; distributed: tensor-parallel ranks join the group, agree on the KV blocks
     "runtime": {"compilation", "distributed", "model", "ops", "platform"},
     "bench": {"runtime", "compilation", "model", "ops", "kernels", "lowering", "platform"},

@@ -83,7 +83,7 @@ class AscendBackend:
         return compiled if kept is None else taking_kept_inputs(compiled, kept)
 
     def _decompose(self, gm: fx.GraphModule) -> None:
-        decompose_to_references(gm, self.decode)
+        decompose_to_references(gm, self.decode, self.config.cache_dir)
         if self.decode:
             self.opaque_ops.append([name for name in map(ascend_op, gm.graph.nodes) if name])
 

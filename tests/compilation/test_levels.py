@@ -10,6 +10,7 @@ import torch
 
 from ascendtile.compilation import CompilationConfig, CompiledModel, compile_model
 from ascendtile.compilation.backend import AscendBackend
+from ascendtile.cpu import decode_attention as cpu_decode_attention
 from ascendtile.model import load_model
 from ascendtile.model.layers import int4pack
 from ascendtile.model.layers import linear as linear_module
@@ -52,6 +53,7 @@ def eager_tokens(tiny_dir):
 
 @pytest.mark.parametrize("level, graph", [(2, "off"), (2, "auto"), (3, "auto")])
 def test_levels_2_and_3_compile_once_over_64_steps(tiny_dir, eager_tokens, level, graph):
+    kernel_calls = cpu_decode_attention.calls
     llm, tokens = _generate(tiny_dir, {"level": level, "use_inductor": False, "cpu_decode_graph": level == 2}, graph)
     assert llm.last_stats.num_steps >= 64
     assert isinstance(llm.engine.model, CompiledModel)
@@ -64,6 +66,8 @@ def test_levels_2_and_3_compile_once_over_64_steps(tiny_dir, eager_tokens, level
         # one entry served both; every other decode step called that entry's bytecode directly
         calls = llm.engine.model.decode_calls
         assert calls["guarded"] == 2 and calls["direct"] >= 60
+        layers = tiny.CONFIG.num_hidden_layers  # the decode graph's attention: the C++ kernel's op
+        assert cpu_decode_attention.calls - kernel_calls == layers * (calls["guarded"] + calls["direct"])
     else:
         assert decode is None
     assert tokens == eager_tokens
@@ -209,9 +213,11 @@ def test_level_2_with_inductor(tiny_dir, eager_tokens, monkeypatch):
     may specialize on the token count (a size-1 step runs the same graph). The decode graph keeps
     its guards: its first step has 4 sequences, its last 1. The weights are packed for oneDNN (the
     size bound lowered), so Inductor compiles the decode graph around its onednn_linear calls,
-    whose packed weights are graph inputs."""
+    whose packed weights are graph inputs, and its attention is the C++ kernel's op
+    (ascendtile/cpu/decode_attention.py), called once per layer and step."""
     monkeypatch.setattr(linear_module, "ONEDNN_MIN_WEIGHT_ELEMENTS", 0)
     counts = _count_onednn_linears(monkeypatch)
+    kernel_calls = cpu_decode_attention.calls
     llm, tokens = _generate(tiny_dir, {"level": 2, "cpu_decode_graph": True})
     assert counts == {"general": [0], "decode": [4 * tiny.CONFIG.num_hidden_layers] * 2}
     assert llm.engine.model.backend.num_compiles == 1
@@ -222,4 +228,5 @@ def test_level_2_with_inductor(tiny_dir, eager_tokens, monkeypatch):
     # only each batch size's first step went through Dynamo; the rest ran the bytecode it compiled
     calls = llm.engine.model.decode_calls
     assert calls["guarded"] == 2 and calls["direct"] >= 60
+    assert cpu_decode_attention.calls - kernel_calls == tiny.CONFIG.num_hidden_layers * (calls["guarded"] + calls["direct"])
     assert tokens == eager_tokens

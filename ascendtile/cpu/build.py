@@ -1,0 +1,74 @@
+"""Build a C++ source into a shared library with the system compiler (`CXX`, else g++) and load it
+with ctypes, cached under `<cache_dir>/cpu/` by a hash of the source, the flags and the compiler's
+version, so a second process (or a second compile) loads the file the first one wrote.
+
+OpenMP: the library links libgomp.so.1, which resolves to the copy torch has already loaded, so its
+parallel regions share torch's thread pool instead of starting a second one. x86 CPUs whose ATen
+kernels are AVX2 or AVX-512 builds get AVX2 + FMA + F16C code (the kernels use 256-bit vectors:
+no AVX-512 needed, and the library runs on any such CPU that shares the cache)."""
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import warnings
+from pathlib import Path
+
+import torch
+
+BASE_FLAGS = ("-O3", "-std=c++17", "-fopenmp", "-shared", "-fPIC")
+X86_VECTOR_FLAGS = ("-mavx2", "-mfma", "-mf16c")
+
+compiler_runs = 0  # compiles this process started (a cached library is loaded without one)
+
+
+def compile_flags() -> tuple[str, ...]:
+    vector = platform.machine() in ("x86_64", "AMD64") and torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
+    return BASE_FLAGS + (X86_VECTOR_FLAGS if vector else ())
+
+
+@functools.lru_cache(maxsize=None)
+def _compiler_version(compiler: str) -> str:
+    done = subprocess.run([compiler, "--version"], capture_output=True, text=True)
+    return f"{done.returncode}\n{done.stdout}"
+
+
+def library_path(name: str, source: str, cache_dir: str) -> Path | None:
+    """Where `source` built with this compiler and these flags lives in `cache_dir`; None (with a
+    warning) when there is no working compiler."""
+    compiler = shutil.which(os.environ.get("CXX", "g++"))
+    if compiler is None:
+        warnings.warn(f"ascendtile.cpu: no C++ compiler ({os.environ.get('CXX', 'g++')}): {name} is not built, "
+                      f"the reference path runs instead", RuntimeWarning, stacklevel=2)
+        return None
+    key = hashlib.sha256("\0".join([source, " ".join(compile_flags()), _compiler_version(compiler)]).encode())
+    return Path(cache_dir) / "cpu" / f"{name}-{key.hexdigest()[:20]}.so"
+
+
+@functools.lru_cache(maxsize=None)
+def load_library(name: str, source: str, cache_dir: str) -> ctypes.CDLL | None:
+    """The library built from `source` (once per process and cache_dir), or None with a warning
+    when it cannot be built here."""
+    global compiler_runs
+    path = library_path(name, source, cache_dir)
+    if path is None:
+        return None
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+            src, out = Path(tmp) / f"{name}.cpp", Path(tmp) / path.name
+            src.write_text(source)
+            compiler_runs += 1
+            done = subprocess.run([os.environ.get("CXX", "g++"), *compile_flags(), str(src), "-o", str(out)],
+                                  capture_output=True, text=True)
+            if done.returncode != 0:
+                warnings.warn(f"ascendtile.cpu: building {name} failed, the reference path runs instead:\n"
+                              f"{done.stderr[-2000:]}", RuntimeWarning, stacklevel=2)
+                return None
+            os.replace(out, path)  # atomic: a process loading it concurrently sees the whole file or none
+    return ctypes.CDLL(str(path))

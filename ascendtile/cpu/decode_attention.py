@@ -1,0 +1,130 @@
+"""`torch.ops.ascendtile.cpu_decode_attention`: unified_attention of a decode batch (one new token
+per sequence) over float paged caches, as a C++ kernel (decode_attention_source.py) that CPU level
+2's decode graph calls in place of the traceable form Inductor compiles
+(compilation/decompose.py). Inductor's code for that form sums each key's head-dim product
+horizontally, once per query head, and reads each key row once per query head of its group; this
+kernel reads each row once for the whole group and sums eight keys' products at a time. One
+SmolLM2 layer (9 / 3 heads, head dim 64, 32 sequences of 129-192 keys, bf16, 2 threads, AMD EPYC
+with avx512_bf16, 2026-11-27): 197 µs against 488 (bench/results/2026-11-27-cpu-decode-attention-kernel.md).
+
+Head dims with a kernel: HEAD_DIMS; dtypes: fp32, bf16, fp16 (query, caches and out alike). What
+it shows equals the traceable form (unified_attention_decode_traceable) up to the order of fp32
+sums: a key is visible where j < min(seqused_k[b], max_seqlen_k rounded up to a block), its block
+id is in [0, num_blocks) and it is inside the sliding window; hidden rows are never read; a query
+with no visible key, or a NaN or infinite score, gets 0."""
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+from ascendtile.cpu.build import load_library
+from ascendtile.cpu.decode_attention_source import SOURCE
+
+HEAD_DIMS = (16, 32, 64, 80, 96, 128, 256)
+_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+_ARGTYPES = ([ctypes.c_int64] + [ctypes.c_void_p] * 6 + [ctypes.c_int64] * 15
+             + [ctypes.c_float, ctypes.c_float, ctypes.c_int64, ctypes.c_int])
+_kernels: dict[torch.dtype, ctypes._CFuncPtr] = {}  # dtype -> entry point, once load() succeeded
+
+calls = 0  # kernel launches in this process: what shows a decode graph runs on it
+
+
+def load(cache_dir: str) -> bool:
+    """Build (or load from cache_dir) the kernel library; False where it cannot be built here."""
+    library = load_library("decode_attention", SOURCE, cache_dir)
+    if library is None:
+        return False
+    for dtype in _DTYPES:
+        kernel = getattr(library, f"decode_attention_{str(dtype).removeprefix('torch.')}")
+        kernel.argtypes, kernel.restype = _ARGTYPES, ctypes.c_int
+        _kernels[dtype] = kernel
+    return True
+
+
+def supports(query: torch.Tensor, key_cache: torch.Tensor) -> bool:
+    """Whether the kernel serves this query [B, H, D] and cache [num_blocks, block_size, KVH, D]."""
+    return (query.device.type == "cpu" and query.dtype in _DTYPES and key_cache.dtype == query.dtype
+            and query.dim() == 3 and query.shape[-1] in HEAD_DIMS and key_cache.dim() == 4
+            and query.shape[1] % key_cache.shape[2] == 0)
+
+
+_LIB = torch.library.Library("ascendtile", "FRAGMENT")  # the namespace's DEF: model/layers/expert_dispatch.py
+_LIB.define("cpu_decode_attention(Tensor(a!) out, Tensor query, Tensor key_cache, Tensor value_cache, "
+            "Tensor block_table, Tensor seqused_k, SymInt max_seqlen_k, float scale, float softcap, "
+            "int sliding_window) -> ()")
+
+
+def _explain(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+             block_table: torch.Tensor, seqused_k: torch.Tensor) -> None:
+    """Raise what is wrong with the arguments (cpu_decode_attention's quick check failed)."""
+    if query.dtype not in _kernels:
+        raise RuntimeError("cpu_decode_attention: the kernel is not loaded (ascendtile.cpu.decode_attention.load)")
+    if not supports(query, key_cache):
+        raise ValueError(f"query / key_cache: no kernel for {query.dtype} {tuple(query.shape)} over "
+                         f"{key_cache.dtype} {tuple(key_cache.shape)} (head dims {HEAD_DIMS})")
+    for name, t in (("out", out), ("value_cache", value_cache)):
+        if t.dtype != query.dtype:
+            raise ValueError(f"{name}: dtype {t.dtype}, expected the query's {query.dtype}")
+    if out.shape != query.shape or value_cache.shape != key_cache.shape or value_cache.stride() != key_cache.stride():
+        raise ValueError("out / value_cache: shapes (and the caches' strides) must match query's and key_cache's")
+    for name, t in (("out", out), ("query", query), ("key_cache", key_cache), ("block_table", block_table)):
+        if t.stride(-1) != 1:
+            raise ValueError(f"{name}: the last dim must be contiguous")
+    for name, t in (("block_table", block_table), ("seqused_k", seqused_k)):
+        if t.dtype != torch.int32 or t.dim() != 2 - (name == "seqused_k") or t.shape[0] != query.shape[0]:
+            raise ValueError(f"{name}: int32 with one row per query row, got {t.dtype} {tuple(t.shape)}")
+    raise ValueError("seqused_k: must be contiguous")
+
+
+def cpu_decode_attention(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor,
+                         value_cache: torch.Tensor, block_table: torch.Tensor, seqused_k: torch.Tensor,
+                         max_seqlen_k: int, scale: float, softcap: float, sliding_window: int) -> None:
+    """out [B, H, D] = attention of query [B, H, D] (row b: sequence b's new token) over key_cache /
+    value_cache [num_blocks, block_size, KVH, D] through block_table [B, max_blocks] int32 and
+    seqused_k [B] int32; fp32 / bf16 / fp16 throughout, fp32 math; softcap > 0 caps the scores
+    (softcap · tanh(s / softcap)), sliding_window > 0 shows the last sliding_window keys."""
+    global calls
+    dtype = query.dtype
+    # one expression on the hot path (a decode graph calls this once per layer and step); _explain
+    # says which argument is wrong
+    if not (dtype in _kernels and out.dtype == dtype and key_cache.dtype == dtype and value_cache.dtype == dtype
+            and block_table.dtype == torch.int32 and seqused_k.dtype == torch.int32 and supports(query, key_cache)
+            and out.shape == query.shape and value_cache.shape == key_cache.shape
+            and value_cache.stride() == key_cache.stride() and out.stride(-1) == 1 and query.stride(-1) == 1
+            and key_cache.stride(-1) == 1 and block_table.dim() == 2 and block_table.stride(-1) == 1
+            and block_table.shape[0] == query.shape[0] and seqused_k.shape == (query.shape[0],)
+            and seqused_k.is_contiguous()):
+        _explain(out, query, key_cache, value_cache, block_table, seqused_k)
+    batch, heads, dim = query.shape
+    num_blocks, block_size, kv_heads = key_cache.shape[:3]
+    status = _kernels[dtype](
+        dim, out.data_ptr(), query.data_ptr(), key_cache.data_ptr(), value_cache.data_ptr(),
+        block_table.data_ptr(), seqused_k.data_ptr(), batch, heads, kv_heads, num_blocks, block_size,
+        block_table.shape[1], block_table.stride(0), -(-max_seqlen_k // block_size) * block_size, query.stride(0), query.stride(1),
+        out.stride(0), out.stride(1), key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
+        scale, softcap, sliding_window, torch.get_num_threads())
+    assert status == 0, f"cpu_decode_attention: head dim {dim} has no kernel"  # supports() ruled it out
+    calls += 1
+
+
+def _cpu_decode_attention_fake(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor,
+                               value_cache: torch.Tensor, block_table: torch.Tensor, seqused_k: torch.Tensor,
+                               max_seqlen_k: int, scale: float, softcap: float, sliding_window: int) -> None:
+    return None
+
+
+_LIB.impl("cpu_decode_attention", cpu_decode_attention, "CPU")
+torch.library.register_fake("ascendtile::cpu_decode_attention", _cpu_decode_attention_fake, lib=_LIB)
+
+
+def unified_attention_decode_cpu(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor,
+                                 value_cache: torch.Tensor, block_table: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                                 seqused_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, scale: float,
+                                 softcap: float, sliding_window: int, kv_cache_dtype: str = "auto",
+                                 k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None) -> None:
+    """unified_attention's signature over cpu_decode_attention, for a decode graph's attention call
+    (decompose.py puts it there only for float caches, kv_cache_dtype "auto"; cu_seqlens_q and
+    max_seqlen_q are not read: query row b is sequence b)."""
+    torch.ops.ascendtile.cpu_decode_attention.default(out, query, key_cache, value_cache, block_table, seqused_k,
+                                                      max_seqlen_k, scale, softcap, sliding_window)

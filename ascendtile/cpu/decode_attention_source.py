@@ -1,0 +1,205 @@
+"""The C++ source of the CPU decode attention (decode_attention.py). One work item is one sequence
+and one KV head: its G = heads / kv_heads query rows, fp32, are scored against each visible key
+row, read once in its cache dtype and widened; the G products of 8 keys are summed by a shuffle
+tree into one vector of 8 scores (no horizontal sum per key); a max-subtracted softmax with a
+vector exp (Cephes' polynomial, ~1 ulp); then the value rows, again read once each, are added
+into G fp32 accumulators. Keys whose block id is outside [0, num_blocks), beyond the sequence's
+length or outside the sliding window are never read, so unused slots may hold anything. A row
+with no visible key, or with a NaN or infinite score, is written as zeros, as the traceable form's
+softmax followed by nan_to_num gives. 256-bit GCC vector extensions: AVX2 code on x86 with
+build.X86_VECTOR_FLAGS, whatever the target has elsewhere."""
+
+SOURCE = r'''
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+typedef float v8 __attribute__((vector_size(32)));
+typedef int32_t i8 __attribute__((vector_size(32)));
+typedef uint16_t bf16_t;
+
+static inline float widen(float x) { return x; }
+static inline float widen(bf16_t x) { uint32_t u = uint32_t(x) << 16; float f; std::memcpy(&f, &u, 4); return f; }
+static inline float widen(_Float16 x) { return float(x); }
+static inline void narrow(float v, float* o) { *o = v; }
+static inline void narrow(float v, _Float16* o) { *o = _Float16(v); }
+static inline void narrow(float v, bf16_t* o) {  // round to nearest even, as torch's cast; NaN stays NaN
+  uint32_t u; std::memcpy(&u, &v, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) { *o = bf16_t((u >> 16) | 0x40); return; }
+  u += 0x7fffu + ((u >> 16) & 1u); *o = bf16_t(u >> 16);
+}
+
+static inline v8 splat(float x) { return (v8){} + x; }
+
+// Eight vectors of partial sums -> one vector of their totals, in the order POS gives (lane l
+// holds the total of p[POS[l]]; POS is its own inverse).
+static const i8 POS = {0, 4, 2, 6, 1, 5, 3, 7};
+static inline v8 sum8(const v8* p) {
+  const i8 lo4 = {0, 1, 2, 3, 8, 9, 10, 11}, hi4 = {4, 5, 6, 7, 12, 13, 14, 15};
+  const i8 lo2 = {0, 1, 8, 9, 4, 5, 12, 13}, hi2 = {2, 3, 10, 11, 6, 7, 14, 15};
+  const i8 lo1 = {0, 8, 2, 10, 4, 12, 6, 14}, hi1 = {1, 9, 3, 11, 5, 13, 7, 15};
+  v8 a[4], b[2];
+  for (int i = 0; i < 4; ++i) a[i] = __builtin_shuffle(p[2 * i], p[2 * i + 1], lo4) + __builtin_shuffle(p[2 * i], p[2 * i + 1], hi4);
+  for (int i = 0; i < 2; ++i) b[i] = __builtin_shuffle(a[2 * i], a[2 * i + 1], lo2) + __builtin_shuffle(a[2 * i], a[2 * i + 1], hi2);
+  return __builtin_shuffle(b[0], b[1], lo1) + __builtin_shuffle(b[0], b[1], hi1);
+}
+
+// e^x of 8 lanes, x <= 0 (scores minus their max); below -87.3 (and -inf) gives 0.
+static inline v8 exp8(v8 x) {
+  const i8 zero = x < -87.3f;
+  x = x < -87.3f ? splat(-87.3f) : x;
+  const v8 t = x * 1.44269504088896341f + 0.5f;
+  i8 n = __builtin_convertvector(t, i8);
+  n = __builtin_convertvector(n, v8) > t ? n - 1 : n;  // floor
+  const v8 f = __builtin_convertvector(n, v8);
+  x = x - f * 0.693359375f + f * 2.12194440e-4f;
+  v8 y = splat(1.9875691500e-4f);
+  y = y * x + 1.3981999507e-3f; y = y * x + 8.3334519073e-3f; y = y * x + 4.1665795894e-2f;
+  y = y * x + 1.6666665459e-1f; y = y * x + 5.0000001201e-1f;
+  y = y * x * x + x + 1.f;
+  const i8 bits = (n + 127) << 23;
+  v8 two_n; std::memcpy(&two_n, &bits, 32);
+  return zero ? splat(0.f) : y * two_n;
+}
+
+template <typename T, int NV>  // NV: head dim / 8
+static void attend(T* out, const T* query, const T* key_cache, const T* value_cache, const int32_t* block_table,
+                   const int32_t* seq_lens, int64_t batch, int64_t heads, int64_t kv_heads, int64_t num_blocks,
+                   int64_t block_size, int64_t table_cols, int64_t table_stride, int64_t max_len, int64_t q_sb, int64_t q_sh,
+                   int64_t o_sb, int64_t o_sh, int64_t c_sblk, int64_t c_sslot, int64_t c_sh, float scale,
+                   float softcap, int64_t window, int threads) {
+  const int64_t group = heads / kv_heads;
+  const float ninf = -std::numeric_limits<float>::infinity();
+  #pragma omp parallel num_threads(threads)
+  {
+    std::vector<v8> qv(group * NV), acc(group * NV);
+    std::vector<float> scores;
+    v8 tile[8 * NV], part[8];
+    #pragma omp for schedule(static)
+    for (int64_t item = 0; item < batch * kv_heads; ++item) {
+      const int64_t b = item / kv_heads, kh = item % kv_heads;
+      const int64_t len = std::min<int64_t>(std::min<int64_t>(seq_lens[b], max_len), table_cols * block_size);
+      const int64_t start = window > 0 ? std::max<int64_t>(0, len - window) : 0;
+      const int64_t n = std::max<int64_t>(0, len - start), stride = (n + 7) / 8 * 8;
+      scores.assign(group * stride, ninf);
+      for (int64_t g = 0; g < group; ++g) {
+        const T* q = query + b * q_sb + (kh * group + g) * q_sh;
+        for (int c = 0; c < NV; ++c) for (int l = 0; l < 8; ++l) qv[g * NV + c][l] = widen(q[c * 8 + l]) * scale;
+      }
+      const int32_t* ids = block_table + b * table_stride;
+      for (int64_t blk = start / block_size; blk * block_size < len; ++blk) {
+        const int64_t id = ids[blk];
+        if (id < 0 || id >= num_blocks) continue;
+        const int64_t j0 = std::max(blk * block_size, start), j1 = std::min((blk + 1) * block_size, len);
+        const T* rows = key_cache + id * c_sblk + kh * c_sh;
+        // the rows this item reads next: the next block's keys, and this block's values (the
+        // value pass reads them after the softmax, from cache)
+        const int64_t next = blk + 1 < table_cols && (blk + 1) * block_size < len ? ids[blk + 1] : -1;
+        for (int64_t slot = j0 - blk * block_size; slot < j1 - blk * block_size; ++slot) {
+          for (int64_t byte = 0; byte < NV * 8 * int64_t(sizeof(T)); byte += 64) {
+            if (next >= 0 && next < num_blocks)
+              __builtin_prefetch((const char*)(key_cache + next * c_sblk + kh * c_sh + slot * c_sslot) + byte);
+            __builtin_prefetch((const char*)(value_cache + id * c_sblk + kh * c_sh + slot * c_sslot) + byte);
+          }
+        }
+        for (int64_t j = j0; j < j1; j += 8) {
+          const int64_t m = std::min<int64_t>(8, j1 - j), slot = j - blk * block_size;
+          for (int64_t k = 0; k < m; ++k)
+            for (int c = 0; c < NV; ++c) for (int l = 0; l < 8; ++l) tile[k * NV + c][l] = widen(rows[(slot + k) * c_sslot + c * 8 + l]);
+          for (int64_t g = 0; g < group; ++g) {
+            const v8* qg = qv.data() + g * NV;
+            for (int64_t k = 0; k < 8; ++k) {
+              v8 s = {};
+              if (k < m) for (int c = 0; c < NV; ++c) s += qg[c] * tile[k * NV + c];
+              part[k] = s;
+            }
+            const v8 total = __builtin_shuffle(sum8(part), POS);
+            float* dst = scores.data() + g * stride + (j - start);
+            if (m == 8) std::memcpy(dst, &total, 32);
+            else for (int64_t k = 0; k < m; ++k) dst[k] = total[k];
+          }
+        }
+      }
+      for (int64_t g = 0; g < group; ++g) {
+        float* s = scores.data() + g * stride;
+        if (softcap > 0.f) for (int64_t j = 0; j < n; ++j) s[j] = softcap * std::tanh(s[j] / softcap);
+        v8 mx = splat(ninf);
+        i8 bad = {};
+        for (int64_t c = 0; c < stride; c += 8) {
+          v8 x; std::memcpy(&x, s + c, 32);
+          bad |= (x != x) | (x == splat(-ninf));
+          mx = x > mx ? x : mx;
+        }
+        float top = ninf; bool skip = false;
+        for (int l = 0; l < 8; ++l) { top = std::max(top, mx[l]); skip |= bad[l] != 0; }
+        if (skip || top == ninf) { std::fill(s, s + stride, 0.f); continue; }
+        v8 sums = {};
+        for (int64_t c = 0; c < stride; c += 8) {
+          v8 x; std::memcpy(&x, s + c, 32);
+          x = exp8(x - top); sums += x;
+          std::memcpy(s + c, &x, 32);
+        }
+        float total = 0.f;
+        for (int l = 0; l < 8; ++l) total += sums[l];
+        const float inv = 1.f / total;
+        for (int64_t j = 0; j < n; ++j) s[j] *= inv;
+      }
+      std::fill(acc.begin(), acc.end(), v8{});
+      for (int64_t blk = start / block_size; blk * block_size < len; ++blk) {
+        const int64_t id = ids[blk];
+        if (id < 0 || id >= num_blocks) continue;
+        const int64_t j0 = std::max(blk * block_size, start), j1 = std::min((blk + 1) * block_size, len);
+        const T* rows = value_cache + id * c_sblk + kh * c_sh;
+        for (int64_t j = j0; j < j1; ++j) {
+          const T* row = rows + (j - blk * block_size) * c_sslot;
+          for (int c = 0; c < NV; ++c) for (int l = 0; l < 8; ++l) tile[c][l] = widen(row[c * 8 + l]);
+          for (int64_t g = 0; g < group; ++g) {
+            const float p = scores[g * stride + (j - start)];
+            v8* a = acc.data() + g * NV;
+            for (int c = 0; c < NV; ++c) a[c] += p * tile[c];
+          }
+        }
+      }
+      for (int64_t g = 0; g < group; ++g) {
+        T* o = out + b * o_sb + (kh * group + g) * o_sh;
+        for (int c = 0; c < NV; ++c) for (int l = 0; l < 8; ++l) narrow(acc[g * NV + c][l], o + c * 8 + l);
+      }
+    }
+  }
+}
+
+template <typename T>
+static int dispatch(int64_t dim, void* out, const void* q, const void* kc, const void* vc, const int32_t* bt,
+                    const int32_t* lens, int64_t batch, int64_t heads, int64_t kv_heads, int64_t num_blocks,
+                    int64_t block_size, int64_t table_cols, int64_t table_stride, int64_t max_len, int64_t q_sb, int64_t q_sh,
+                    int64_t o_sb, int64_t o_sh, int64_t c_sblk, int64_t c_sslot, int64_t c_sh, float scale,
+                    float softcap, int64_t window, int threads) {
+#define ATTEND(NV) attend<T, NV>((T*)out, (const T*)q, (const T*)kc, (const T*)vc, bt, lens, batch, heads, kv_heads, \
+    num_blocks, block_size, table_cols, table_stride, max_len, q_sb, q_sh, o_sb, o_sh, c_sblk, c_sslot, c_sh, scale, softcap, window, threads)
+  switch (dim) {
+    case 16: ATTEND(2); return 0;
+    case 32: ATTEND(4); return 0;
+    case 64: ATTEND(8); return 0;
+    case 80: ATTEND(10); return 0;
+    case 96: ATTEND(12); return 0;
+    case 128: ATTEND(16); return 0;
+    case 256: ATTEND(32); return 0;
+    default: return 1;
+  }
+#undef ATTEND
+}
+
+#define EXPORT(NAME, T) \
+extern "C" int NAME(int64_t dim, void* out, const void* q, const void* kc, const void* vc, const int32_t* bt, \
+    const int32_t* lens, int64_t batch, int64_t heads, int64_t kv_heads, int64_t num_blocks, int64_t block_size, \
+    int64_t table_cols, int64_t table_stride, int64_t max_len, int64_t q_sb, int64_t q_sh, int64_t o_sb, int64_t o_sh, int64_t c_sblk, \
+    int64_t c_sslot, int64_t c_sh, float scale, float softcap, int64_t window, int threads) { \
+  return dispatch<T>(dim, out, q, kc, vc, bt, lens, batch, heads, kv_heads, num_blocks, block_size, table_cols, \
+                     table_stride, max_len, q_sb, q_sh, o_sb, o_sh, c_sblk, c_sslot, c_sh, scale, softcap, window, threads); }
+EXPORT(decode_attention_float32, float)
+EXPORT(decode_attention_bfloat16, bf16_t)
+EXPORT(decode_attention_float16, _Float16)
+'''

@@ -1,0 +1,120 @@
+"""The CPU decode attention kernel (ascendtile/cpu/decode_attention.py), built into this session's
+cache: against the independent fp64 formula and the traceable form it replaces in CPU level 2's
+decode graph, over NaN-poisoned unused slots, bad block ids, empty sequences, lengths that are no
+multiple of 8 or of the block size, strided queries and outputs, a column slice of the block
+table, windows and softcaps; NaN and infinite scores; bad inputs; the build cache; no compiler."""
+import pytest
+import torch
+
+from ascendtile.compilation.config import default_cache_dir
+from ascendtile.cpu import build
+from ascendtile.cpu import decode_attention as cda
+from ascendtile.ops.reference.attention_unified import unified_attention_decode_traceable
+from ops._attention import corrupt_table, make_paged_batch, paged_formula
+
+TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}  # 16-bit: the output rounded once
+
+
+@pytest.fixture(scope="module", autouse=True)
+def kernel():
+    assert cda.load(default_cache_dir())
+
+
+def _run(out, query, kc, vc, table, seqused, max_k, scale=0.2, softcap=0.0, window=0):
+    calls = cda.calls
+    torch.ops.ascendtile.cpu_decode_attention(out, query, kc, vc, table, seqused, max_k, scale, softcap, window)
+    assert cda.calls == calls + 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("kv_lens, heads, kv_heads, dim, block_size, softcap, window", [
+    ([1, 17, 40, 0, 9], 9, 3, 64, 16, 0.0, 0),  # SmolLM2's heads
+    ([33, 5], 8, 1, 256, 16, 0.0, 7),  # Gemma 3's head dim, a sliding window
+    ([12, 70, 3], 6, 2, 80, 8, 30.0, 0),  # softcap; blocks of 8
+    ([100], 4, 4, 128, 32, 0.0, 0),
+    ([7, 23], 2, 1, 16, 4, 0.0, 3),
+])
+def test_matches_independent_formula_and_traceable_form(dtype, kv_lens, heads, kv_heads, dim, block_size, softcap,
+                                                        window):
+    q_lens = [1] * len(kv_lens)
+    query, kc, vc, table, _, seqused = make_paged_batch(q_lens, kv_lens, heads, kv_heads, dim, block_size, dtype)
+    bad = corrupt_table(table, kv_lens, block_size, kc.shape[0])  # bad ids in every sequence with keys
+    strided = torch.randn(len(kv_lens), heads + 3, dim, dtype=dtype)
+    strided[:, :heads] = query
+    query = strided[:, :heads]
+    wide = torch.full((bad.shape[0], bad.shape[1] + 2), 3, dtype=torch.int32)  # a column slice of a wider table
+    wide[:, :bad.shape[1]] = bad
+    table = wide[:, :bad.shape[1]]
+    out = torch.full((len(kv_lens), heads + 1, dim), float("nan"), dtype=dtype)[:, 1:]
+    max_k = table.shape[1] * block_size
+    _run(out, query, kc, vc, table, seqused, max_k, 0.2, softcap, window)
+    expect = paged_formula(query, kc, vc, table, q_lens, kv_lens, 0.2, softcap, window)
+    torch.testing.assert_close(out.double(), expect, rtol=TOL[dtype], atol=TOL[dtype])
+    form = torch.empty_like(out)
+    unified_attention_decode_traceable(form, query, kc, vc, table, torch.arange(len(kv_lens) + 1, dtype=torch.int32),
+                                       seqused, 1, max_k, 0.2, softcap, window)
+    torch.testing.assert_close(out, form, rtol=TOL[dtype], atol=TOL[dtype])
+
+
+def test_max_seqlen_k_bounds_the_keys_as_in_the_traceable_form():
+    """Keys past max_seqlen_k (rounded up to a block) are not read, as the form's gather stops there."""
+    query, kc, vc, table, cu, seqused = make_paged_batch([1, 1], [40, 20], 4, 2, 64, 16)
+    out, form = torch.empty_like(query), torch.empty_like(query)
+    _run(out, query, kc, vc, table, seqused, 20)
+    unified_attention_decode_traceable(form, query, kc, vc, table, cu, seqused, 1, 20, 0.2, 0.0, 0)
+    torch.testing.assert_close(out, form, rtol=1e-5, atol=1e-5)
+    expect = paged_formula(query, kc, vc, table, [1, 1], [32, 20], 0.2)  # 40 keys, read up to 2 blocks
+    torch.testing.assert_close(out.double(), expect, rtol=1e-5, atol=1e-5)
+
+
+def test_nan_and_infinite_scores_give_zeros_as_the_traceable_form():
+    query, kc, vc, table, cu, seqused = make_paged_batch([1, 1, 1], [10, 10, 10], 4, 2, 64, 16)
+    query[0, 1, 5] = float("nan")  # query head 1 of sequence 0: every score NaN
+    query[1, :2, 0] = 1.0
+    kc.view(-1, 2, 64)[table[1, 0].long() * 16 + 3, 0, 0] = float("inf")  # KV head 0 of sequence 1: a +inf score
+    out, form = torch.empty_like(query), torch.empty_like(query)
+    _run(out, query, kc, vc, table, seqused, 10)
+    unified_attention_decode_traceable(form, query, kc, vc, table, cu, seqused, 1, 10, 0.2, 0.0, 0)
+    assert out[0, 1].eq(0).all() and out[1, :2].eq(0).all()
+    assert out[0, [0, 2, 3]].ne(0).all() and out[1, 2:].isfinite().all() and out[2].isfinite().all()
+    torch.testing.assert_close(out, form, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda a: {**a, "value_cache": a["value_cache"].double()}, "^value_cache: dtype torch.float64"),
+    (lambda a: {**a, "block_table": a["block_table"].long()}, "^block_table: int32"),
+    (lambda a: {**a, "seqused_k": a["seqused_k"][:1]}, "^seqused_k: int32 with one row per query row"),
+    (lambda a: {**a, "query": a["query"][..., :24], "out": a["out"][..., :24]}, "^query / key_cache: no kernel"),
+    (lambda a: {**a, "key_cache": a["key_cache"].transpose(2, 3).contiguous().transpose(2, 3),
+                "value_cache": a["value_cache"].transpose(2, 3).contiguous().transpose(2, 3)},
+     "^key_cache: the last dim must be contiguous"),
+    (lambda a: {**a, "out": a["out"][:1]}, "^out / value_cache: shapes"),
+])
+def test_bad_inputs_name_the_argument(change, match):
+    query, kc, vc, table, _, seqused = make_paged_batch([1, 1], [5, 9], 4, 2, 64, 16)
+    args = dict(out=torch.empty_like(query), query=query, key_cache=kc, value_cache=vc, block_table=table,
+                seqused_k=seqused)
+    with pytest.raises(ValueError, match=match):
+        cda.cpu_decode_attention(**change(args), max_seqlen_k=9, scale=0.2, softcap=0.0, sliding_window=0)
+
+
+def test_the_library_is_built_once_per_cache_dir(tmp_path, monkeypatch):
+    runs = build.compiler_runs
+    first = build.load_library("decode_attention", cda.SOURCE, str(tmp_path))
+    assert first is not None and build.compiler_runs == runs + 1
+    assert [p.suffix for p in (tmp_path / "cpu").iterdir()] == [".so"]  # the temporary build dir is gone
+    build.load_library.cache_clear()  # as a fresh process: the file is read back, not rebuilt
+    assert build.load_library("decode_attention", cda.SOURCE, str(tmp_path)) is not None
+    assert build.compiler_runs == runs + 1
+    monkeypatch.setattr(build, "X86_VECTOR_FLAGS", ("-mavx2",))  # other flags: another file
+    assert build.library_path("decode_attention", cda.SOURCE, str(tmp_path)) != \
+        build.library_path("decode_attention", cda.SOURCE + " ", str(tmp_path))
+
+
+def test_without_a_compiler_the_reference_path_stays(tmp_path, monkeypatch):
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+    with pytest.warns(RuntimeWarning, match="no C.. compiler"):
+        assert build.load_library("decode_attention", cda.SOURCE, str(tmp_path)) is None
+    monkeypatch.setenv("CXX", "false")  # a compiler that fails
+    with pytest.warns(RuntimeWarning, match="building decode_attention failed"):
+        assert build.load_library("decode_attention", cda.SOURCE, str(tmp_path / "other")) is None
