@@ -3,9 +3,10 @@ per sequence) over float paged caches, as a C++ kernel (decode_attention_source.
 2's decode graph calls in place of the traceable form Inductor compiles
 (compilation/decompose.py). Inductor's code for that form sums each key's head-dim product
 horizontally, once per query head, and reads each key row once per query head of its group; this
-kernel reads each row once for the whole group and sums eight keys' products at a time. One
-SmolLM2 layer (9 / 3 heads, head dim 64, 32 sequences of 129-192 keys, bf16, 2 threads, AMD EPYC
-with avx512_bf16, 2026-11-27): 197 µs against 488 (bench/results/2026-11-27-cpu-decode-attention-kernel.md).
+kernel reads each row once for the whole group and sums eight keys' products at a time. A SmolLM2
+layer (9 / 3 heads, head dim 64, 32 sequences of 129-192 keys, bf16, 2 threads, AMD EPYC with
+avx512_bf16, 2026-11-27), 30 layers' caches in turn: 519 µs against 834; at batch 1 23 against 45,
+most of it the op's host cost (bench/results/2026-11-27-cpu-decode-attention-kernel.md).
 
 Head dims with a kernel: HEAD_DIMS; dtypes: fp32, bf16, fp16 (query, caches and out alike). What
 it shows equals the traceable form (unified_attention_decode_traceable) up to the order of fp32

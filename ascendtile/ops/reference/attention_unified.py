@@ -48,10 +48,12 @@ def unified_attention_decode_traceable(out: torch.Tensor, query: torch.Tensor, k
     """unified_attention of a decode batch (every sequence brings one new token, so query row b is
     sequence b and cu_seqlens_q is not read) over float caches, for a traced graph
     (compilation/decompose.py): no host read and no shape that depends on values, so Inductor
-    compiles it with the rest of the step. Keys are gathered up to max_seqlen_k (a SymInt in the
-    graph) for every sequence; a key is visible where the eager path shows it (j < kv_len, its block
-    id in [0, num_blocks), inside the window), hidden keys are zeroed before the products (unused
-    slots may hold NaN) and a query with no visible key gets 0.
+    compiles it with the rest of the step (where the CPU kernel, ascendtile/cpu/decode_attention.py,
+    does not serve the call or cannot be built: the decode graph takes that kernel first). Keys are
+    gathered up to max_seqlen_k (a SymInt in the graph) for every sequence; a key is visible where
+    the eager path shows it (j < kv_len, its block id in [0, num_blocks), inside the window), hidden
+    keys are zeroed before the products (unused slots may hold NaN) and a query with no visible key
+    gets 0.
 
     The scores are a product summed over the head dim, which Inductor fuses with the gather: each
     key row is read from the cache in its own dtype and widened in registers, with no gathered fp32
