@@ -106,9 +106,10 @@ def test_the_library_is_built_once_per_cache_dir(tmp_path, monkeypatch):
     build.load_library.cache_clear()  # as a fresh process: the file is read back, not rebuilt
     assert build.load_library("decode_attention", cda.SOURCE, str(tmp_path)) is not None
     assert build.compiler_runs == runs + 1
-    monkeypatch.setattr(build, "X86_VECTOR_FLAGS", ("-mavx2",))  # other flags: another file
-    assert build.library_path("decode_attention", cda.SOURCE, str(tmp_path)) != \
-        build.library_path("decode_attention", cda.SOURCE + " ", str(tmp_path))
+    path = build.library_path("decode_attention", cda.SOURCE, str(tmp_path))
+    assert build.library_path("decode_attention", cda.SOURCE + " ", str(tmp_path)) != path  # another source
+    monkeypatch.setattr(build, "BASE_FLAGS", (*build.BASE_FLAGS, "-g"))  # other flags: another file too
+    assert build.library_path("decode_attention", cda.SOURCE, str(tmp_path)) != path
 
 
 def test_without_a_compiler_the_reference_path_stays(tmp_path, monkeypatch):
