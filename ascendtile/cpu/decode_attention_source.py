@@ -1,9 +1,10 @@
 """The C++ source of the CPU decode attention (decode_attention.py). One work item is one sequence
-and one KV head: its G = heads / kv_heads query rows, fp32, are scored against each visible key
-row, read once in its cache dtype and widened; the G products of 8 keys are summed by a shuffle
-tree into one vector of 8 scores (no horizontal sum per key); a max-subtracted softmax with a
-vector exp (Cephes' polynomial, ~1 ulp); then the value rows, again read once each, are added
-into G fp32 accumulators. Keys whose block id is outside [0, num_blocks), beyond the sequence's
+with all its KV heads (each block's rows one run of memory), or one KV head of it when there are
+fewer than two sequences per thread. Each KV head's G = heads / kv_heads query rows, fp32, are
+scored against each visible key row, read once in its cache dtype and widened; the G products of
+8 keys are summed by a shuffle tree into one vector of 8 scores (no horizontal sum per key); a
+max-subtracted softmax with a vector exp (Cephes' polynomial, ~1 ulp); then the value rows, again
+read once each, are added into G fp32 accumulators. Keys whose block id is outside [0, num_blocks), beyond the sequence's
 length or outside the sliding window are never read, so unused slots may hold anything. A row
 with no visible key, or with a NaN or infinite score, is written as zeros, as the traceable form's
 softmax followed by nan_to_num gives. 256-bit GCC vector extensions: AVX2 code on x86 with
@@ -72,59 +73,66 @@ static void attend(T* out, const T* query, const T* key_cache, const T* value_ca
                    int64_t o_sb, int64_t o_sh, int64_t c_sblk, int64_t c_sslot, int64_t c_sh, float scale,
                    float softcap, int64_t window, int threads) {
   const int64_t group = heads / kv_heads;
+  // a work item: a sequence with all its KV heads (each block's rows are one run of memory), or
+  // one KV head of it when there are too few sequences to keep the threads busy
+  const int64_t chunks = batch >= 2 * threads ? 1 : kv_heads, per = kv_heads / chunks, rows_of_item = per * group;
   const float ninf = -std::numeric_limits<float>::infinity();
   #pragma omp parallel num_threads(threads)
   {
-    std::vector<v8> qv(group * NV), acc(group * NV);
+    std::vector<v8> qv(rows_of_item * NV), acc(rows_of_item * NV);
     std::vector<float> scores;
     v8 tile[8 * NV], part[8];
     #pragma omp for schedule(static)
-    for (int64_t item = 0; item < batch * kv_heads; ++item) {
-      const int64_t b = item / kv_heads, kh = item % kv_heads;
+    for (int64_t item = 0; item < batch * chunks; ++item) {
+      const int64_t b = item / chunks, h0 = item % chunks * per;
       const int64_t len = std::min<int64_t>(std::min<int64_t>(seq_lens[b], max_len), table_cols * block_size);
       const int64_t start = window > 0 ? std::max<int64_t>(0, len - window) : 0;
       const int64_t n = std::max<int64_t>(0, len - start), stride = (n + 7) / 8 * 8;
-      scores.assign(group * stride, ninf);
-      for (int64_t g = 0; g < group; ++g) {
-        const T* q = query + b * q_sb + (kh * group + g) * q_sh;
-        for (int c = 0; c < NV; ++c) for (int l = 0; l < 8; ++l) qv[g * NV + c][l] = widen(q[c * 8 + l]) * scale;
+      scores.assign(rows_of_item * stride, ninf);
+      for (int64_t r = 0; r < rows_of_item; ++r) {
+        const T* q = query + b * q_sb + (h0 * group + r) * q_sh;
+        for (int c = 0; c < NV; ++c) for (int l = 0; l < 8; ++l) qv[r * NV + c][l] = widen(q[c * 8 + l]) * scale;
       }
       const int32_t* ids = block_table + b * table_stride;
       for (int64_t blk = start / block_size; blk * block_size < len; ++blk) {
         const int64_t id = ids[blk];
         if (id < 0 || id >= num_blocks) continue;
         const int64_t j0 = std::max(blk * block_size, start), j1 = std::min((blk + 1) * block_size, len);
-        const T* rows = key_cache + id * c_sblk + kh * c_sh;
         // the rows this item reads next: the next block's keys, and this block's values (the
         // value pass reads them after the softmax, from cache)
         const int64_t next = blk + 1 < table_cols && (blk + 1) * block_size < len ? ids[blk + 1] : -1;
         for (int64_t slot = j0 - blk * block_size; slot < j1 - blk * block_size; ++slot) {
-          for (int64_t byte = 0; byte < NV * 8 * int64_t(sizeof(T)); byte += 64) {
-            if (next >= 0 && next < num_blocks)
-              __builtin_prefetch((const char*)(key_cache + next * c_sblk + kh * c_sh + slot * c_sslot) + byte);
-            __builtin_prefetch((const char*)(value_cache + id * c_sblk + kh * c_sh + slot * c_sslot) + byte);
+          for (int64_t kh = h0; kh < h0 + per; ++kh) {
+            for (int64_t byte = 0; byte < NV * 8 * int64_t(sizeof(T)); byte += 64) {
+              if (next >= 0 && next < num_blocks)
+                __builtin_prefetch((const char*)(key_cache + next * c_sblk + kh * c_sh + slot * c_sslot) + byte);
+              __builtin_prefetch((const char*)(value_cache + id * c_sblk + kh * c_sh + slot * c_sslot) + byte);
+            }
           }
         }
         for (int64_t j = j0; j < j1; j += 8) {
           const int64_t m = std::min<int64_t>(8, j1 - j), slot = j - blk * block_size;
-          for (int64_t k = 0; k < m; ++k)
-            for (int c = 0; c < NV; ++c) for (int l = 0; l < 8; ++l) tile[k * NV + c][l] = widen(rows[(slot + k) * c_sslot + c * 8 + l]);
-          for (int64_t g = 0; g < group; ++g) {
-            const v8* qg = qv.data() + g * NV;
-            for (int64_t k = 0; k < 8; ++k) {
-              v8 s = {};
-              if (k < m) for (int c = 0; c < NV; ++c) s += qg[c] * tile[k * NV + c];
-              part[k] = s;
+          for (int64_t kh = h0; kh < h0 + per; ++kh) {
+            const T* rows = key_cache + id * c_sblk + kh * c_sh;
+            for (int64_t k = 0; k < m; ++k)
+              for (int c = 0; c < NV; ++c) for (int l = 0; l < 8; ++l) tile[k * NV + c][l] = widen(rows[(slot + k) * c_sslot + c * 8 + l]);
+            for (int64_t r = (kh - h0) * group; r < (kh - h0 + 1) * group; ++r) {
+              const v8* qr = qv.data() + r * NV;
+              for (int64_t k = 0; k < 8; ++k) {
+                v8 s = {};
+                if (k < m) for (int c = 0; c < NV; ++c) s += qr[c] * tile[k * NV + c];
+                part[k] = s;
+              }
+              const v8 total = __builtin_shuffle(sum8(part), POS);
+              float* dst = scores.data() + r * stride + (j - start);
+              if (m == 8) std::memcpy(dst, &total, 32);
+              else for (int64_t k = 0; k < m; ++k) dst[k] = total[k];
             }
-            const v8 total = __builtin_shuffle(sum8(part), POS);
-            float* dst = scores.data() + g * stride + (j - start);
-            if (m == 8) std::memcpy(dst, &total, 32);
-            else for (int64_t k = 0; k < m; ++k) dst[k] = total[k];
           }
         }
       }
-      for (int64_t g = 0; g < group; ++g) {
-        float* s = scores.data() + g * stride;
+      for (int64_t r = 0; r < rows_of_item; ++r) {
+        float* s = scores.data() + r * stride;
         if (softcap > 0.f) for (int64_t j = 0; j < n; ++j) s[j] = softcap * std::tanh(s[j] / softcap);
         v8 mx = splat(ninf);
         i8 bad = {};
@@ -152,20 +160,21 @@ static void attend(T* out, const T* query, const T* key_cache, const T* value_ca
         const int64_t id = ids[blk];
         if (id < 0 || id >= num_blocks) continue;
         const int64_t j0 = std::max(blk * block_size, start), j1 = std::min((blk + 1) * block_size, len);
-        const T* rows = value_cache + id * c_sblk + kh * c_sh;
         for (int64_t j = j0; j < j1; ++j) {
-          const T* row = rows + (j - blk * block_size) * c_sslot;
-          for (int c = 0; c < NV; ++c) for (int l = 0; l < 8; ++l) tile[c][l] = widen(row[c * 8 + l]);
-          for (int64_t g = 0; g < group; ++g) {
-            const float p = scores[g * stride + (j - start)];
-            v8* a = acc.data() + g * NV;
-            for (int c = 0; c < NV; ++c) a[c] += p * tile[c];
+          for (int64_t kh = h0; kh < h0 + per; ++kh) {
+            const T* row = value_cache + id * c_sblk + kh * c_sh + (j - blk * block_size) * c_sslot;
+            for (int c = 0; c < NV; ++c) for (int l = 0; l < 8; ++l) tile[c][l] = widen(row[c * 8 + l]);
+            for (int64_t r = (kh - h0) * group; r < (kh - h0 + 1) * group; ++r) {
+              const float p = scores[r * stride + (j - start)];
+              v8* a = acc.data() + r * NV;
+              for (int c = 0; c < NV; ++c) a[c] += p * tile[c];
+            }
           }
         }
       }
-      for (int64_t g = 0; g < group; ++g) {
-        T* o = out + b * o_sb + (kh * group + g) * o_sh;
-        for (int c = 0; c < NV; ++c) for (int l = 0; l < 8; ++l) narrow(acc[g * NV + c][l], o + c * 8 + l);
+      for (int64_t r = 0; r < rows_of_item; ++r) {
+        T* o = out + b * o_sb + (h0 * group + r) * o_sh;
+        for (int c = 0; c < NV; ++c) for (int l = 0; l < 8; ++l) narrow(acc[r * NV + c][l], o + c * 8 + l);
       }
     }
   }
