@@ -28,6 +28,8 @@ compiler_runs = 0  # compiles this process started (a cached library is loaded w
 
 
 def compile_flags() -> tuple[str, ...]:
+    """The compiler flags for this machine: BASE_FLAGS, plus X86_VECTOR_FLAGS where ATen runs AVX2 or
+    AVX-512 kernels."""
     vector = platform.machine() in ("x86_64", "AMD64") and torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
     return BASE_FLAGS + (X86_VECTOR_FLAGS if vector else ())
 

@@ -47,7 +47,7 @@ def supports(query: torch.Tensor, key_cache: torch.Tensor) -> bool:
     """Whether the kernel serves this query [B, H, D] and cache [num_blocks, block_size, KVH, D]."""
     return (query.device.type == "cpu" and query.dtype in _DTYPES and key_cache.dtype == query.dtype
             and query.dim() == 3 and query.shape[-1] in HEAD_DIMS and key_cache.dim() == 4
-            and query.shape[1] % key_cache.shape[2] == 0)
+            and key_cache.shape[-1] == query.shape[-1] and query.shape[1] % key_cache.shape[2] == 0)
 
 
 _LIB = torch.library.Library("ascendtile", "FRAGMENT")  # the namespace's DEF: model/layers/expert_dispatch.py
