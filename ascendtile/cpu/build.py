@@ -40,12 +40,17 @@ def _compiler_version(compiler: str) -> str:
     return f"{done.returncode}\n{done.stdout}"
 
 
+def compiler_name() -> str:
+    """The C++ compiler to build with: `CXX`, else g++."""
+    return os.environ.get("CXX", "g++")
+
+
 def library_path(name: str, source: str, cache_dir: str) -> Path | None:
     """Where `source` built with this compiler and these flags lives in `cache_dir`; None (with a
     warning) when there is no working compiler."""
-    compiler = shutil.which(os.environ.get("CXX", "g++"))
+    compiler = shutil.which(compiler_name())
     if compiler is None:
-        warnings.warn(f"ascendtile.cpu: no C++ compiler ({os.environ.get('CXX', 'g++')}): {name} is not built, "
+        warnings.warn(f"ascendtile.cpu: no C++ compiler ({compiler_name()}): {name} is not built, "
                       f"the reference path runs instead", RuntimeWarning, stacklevel=2)
         return None
     key = hashlib.sha256("\0".join([source, " ".join(compile_flags()), _compiler_version(compiler)]).encode())
@@ -66,7 +71,7 @@ def load_library(name: str, source: str, cache_dir: str) -> ctypes.CDLL | None:
             src, out = Path(tmp) / f"{name}.cpp", Path(tmp) / path.name
             src.write_text(source)
             compiler_runs += 1
-            done = subprocess.run([os.environ.get("CXX", "g++"), *compile_flags(), str(src), "-o", str(out)],
+            done = subprocess.run([compiler_name(), *compile_flags(), str(src), "-o", str(out)],
                                   capture_output=True, text=True)
             if done.returncode != 0:
                 warnings.warn(f"ascendtile.cpu: building {name} failed, the reference path runs instead:\n"

@@ -59,7 +59,7 @@ _LIB.define("cpu_decode_attention(Tensor(a!) out, Tensor query, Tensor key_cache
 def _explain(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
              block_table: torch.Tensor, seqused_k: torch.Tensor) -> None:
     """Raise what is wrong with the arguments (cpu_decode_attention's quick check failed)."""
-    if query.dtype not in _kernels:
+    if not _kernels:
         raise RuntimeError("cpu_decode_attention: the kernel is not loaded (ascendtile.cpu.decode_attention.load)")
     if not supports(query, key_cache):
         raise ValueError(f"query / key_cache: no kernel for {query.dtype} {tuple(query.shape)} over "

@@ -86,6 +86,7 @@ def test_nan_and_infinite_scores_give_zeros_as_the_traceable_form():
     (lambda a: {**a, "seqused_k": a["seqused_k"][:1]}, "^seqused_k: int32 with one row per query row"),
     (lambda a: {**a, "query": a["query"][..., :24], "out": a["out"][..., :24]}, "^query / key_cache: no kernel"),
     (lambda a: {**a, "query": a["query"][..., :32], "out": a["out"][..., :32]}, "^query / key_cache: no kernel"),
+    (lambda a: {**a, "query": a["query"].double(), "out": a["out"].double()}, "^query / key_cache: no kernel for torch.float64"),
     (lambda a: {**a, "key_cache": a["key_cache"].transpose(2, 3).contiguous().transpose(2, 3),
                 "value_cache": a["value_cache"].transpose(2, 3).contiguous().transpose(2, 3)},
      "^key_cache: the last dim must be contiguous"),
