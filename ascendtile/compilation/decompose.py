@@ -10,7 +10,11 @@ the host: rope over positions [T], the KV write into float caches and unified_at
 float caches, so no `ascend` op is left in a decode step. Its attention, where the C++ kernel
 serves its dtype and head dim and builds here (ascendtile/cpu/decode_attention.py), is that
 kernel's op instead of the traceable form (bf16 at batch 32: 519 against 834 µs a layer,
-bench/results/2026-11-27-cpu-decode-attention-kernel.md). The general graph keeps them opaque:
+bench/results/2026-11-27-cpu-decode-attention-kernel.md). Its linears (oneDNN's packed, or
+F.linear) with weights of at least ONEDNN_MIN_WEIGHT_ELEMENTS become `cpu_linear` calls, which run
+products of up to 4 rows in a C++ kernel (ascendtile/cpu/linear.py; SmolLM2's linears at 1 row,
+bf16: 10.2 against 14.3 ms, bench/results/2026-11-28-cpu-few-rows-linear.md); smaller weights stay
+with aten, whose call costs less than the op's. The general graph keeps them opaque:
 its attention would need the mixed-batch masks, and the traceable forms double its compile time.
 The ops' validators already ran at trace time (each fake impl validates).
 """
@@ -19,10 +23,13 @@ from __future__ import annotations
 import importlib
 from typing import Callable
 
+import torch
 from torch import fx
 
 from ascendtile.compilation.passes.graph import ascend_op, example
 from ascendtile.cpu import decode_attention as cpu_decode_attention
+from ascendtile.cpu import linear as cpu_linear
+from ascendtile.model.layers import linear as model_linear
 from ascendtile.ops._registry import OP_INFO
 from ascendtile.ops.reference.attention_unified import unified_attention_decode_traceable
 from ascendtile.ops.reference.kv_cache import reshape_and_cache_flash_traceable
@@ -74,12 +81,33 @@ def decode_form_of(node: fx.Node, name: str, cache_dir: str | None = None) -> Ca
     return form
 
 
+def retarget_linear(node: fx.Node, cache_dir: str) -> bool:
+    """Make a decode graph's linear call (F.linear, or onednn_linear over a packed copy) a
+    `cpu_linear` call with the same operands, where the weight has at least
+    ONEDNN_MIN_WEIGHT_ELEMENTS elements, the kernel serves it and its library builds in cache_dir."""
+    if node.op != "call_function" or node.target not in (torch._C._nn.linear, torch.ops.ascendtile.onednn_linear.default):
+        return False
+    weight = example(node.args[1])
+    if (weight is None or weight.numel() < model_linear.ONEDNN_MIN_WEIGHT_ELEMENTS or not cpu_linear.supports(weight)
+            or not cpu_linear.load(cache_dir)):
+        return False
+    if node.target is torch._C._nn.linear:
+        bias = node.args[2] if len(node.args) > 2 else node.kwargs.get("bias")
+        node.args, node.kwargs = (node.args[0], node.args[1], None, bias), {}
+    node.target = torch.ops.ascendtile.cpu_linear.default
+    return True
+
+
 def decompose_to_references(gm: fx.GraphModule, decode: bool = False, cache_dir: str | None = None) -> int:
     """Retarget decomposable op calls in place; returns how many. decode: gm is a decode graph
     (every sequence one new token), whose rope, KV write and attention take their traceable forms
-    (attention: the CPU kernel's op where it serves, built in cache_dir)."""
+    (attention: the CPU kernel's op where it serves, built in cache_dir) and whose linears take
+    cpu_linear (with a cache_dir)."""
     count = 0
     for node in gm.graph.nodes:
+        if decode and cache_dir is not None and retarget_linear(node, cache_dir):
+            count += 1
+            continue
         name = ascend_op(node)
         reference = reference_of(name) if name else None
         if reference is None and name and decode:

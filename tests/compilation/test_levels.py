@@ -11,6 +11,7 @@ import torch
 from ascendtile.compilation import CompilationConfig, CompiledModel, compile_model
 from ascendtile.compilation.backend import AscendBackend
 from ascendtile.cpu import decode_attention as cpu_decode_attention
+from ascendtile.cpu import linear as cpu_linear
 from ascendtile.model import load_model
 from ascendtile.model.layers import int4pack
 from ascendtile.model.layers import linear as linear_module
@@ -155,22 +156,26 @@ def _count_onednn_linears(monkeypatch) -> dict[str, list[int]]:
 
 def test_level_2_decode_graph_takes_the_onednn_packs(tmp_path, monkeypatch):
     """fp32 weights packed for oneDNN (the size bound lowered so that the tiny model's pack too):
-    the decode graph multiplies through them with one ascendtile::onednn_linear per linear, which
-    runs the packed product where eager decode would (an AMD CPU: at every row count); the general
-    graph keeps F.linear (Inductor freezes and packs it at level 2). Logits equal eager's."""
+    the decode graph multiplies with one ascendtile::cpu_linear per linear, in place of the
+    onednn_linear that traced, with its packed copy. Products of up to cpu_linear.MAX_ROWS rows (1
+    here) run the C++ kernel, more the packed product; the general graph keeps F.linear (Inductor
+    freezes and packs it at level 2). Logits equal eager's."""
     monkeypatch.setattr(linear_module, "ONEDNN_MIN_WEIGHT_ELEMENTS", 0)
     monkeypatch.setattr(linear_module, "cpu_vendor", lambda: "AuthenticAMD")
+    monkeypatch.setattr(cpu_linear, "MAX_ROWS", 1)
     model = load_model(tiny.save(tmp_path)).model
     compiled = compile_model(model, CompilationConfig(level=2, use_inductor=False, cpu_decode_graph=True))
     counts = _count_onednn_linears(monkeypatch)
     want = tiny.run_steps(model)
     pointwise, calls = torch.ops.mkldnn._linear_pointwise, []
     monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", lambda *a: calls.append(a[0].shape) or pointwise(*a))
+    kernel_calls = cpu_linear.calls
     got = tiny.run_steps(model, compiled)
     linears = 4 * tiny.CONFIG.num_hidden_layers
     assert counts == {"general": [0], "decode": [linears]}
-    # the LM head (eager compute_logits) in each of the 4 steps, every linear of the 2 decode steps
-    assert len(calls) == 4 + 2 * linears
+    # the LM head (eager compute_logits) in each of the 4 steps, every linear of the decode step of 2
+    # sequences; the decode step of 1 sequence on the kernel
+    assert len(calls) == 4 + linears and cpu_linear.calls - kernel_calls == linears
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=0, atol=1e-5)
 
@@ -212,12 +217,16 @@ def test_level_2_with_inductor(tiny_dir, eager_tokens, monkeypatch):
     by Inductor. One compile of the general graph: the first step has many tokens, and no lowering
     may specialize on the token count (a size-1 step runs the same graph). The decode graph keeps
     its guards: its first step has 4 sequences, its last 1. The weights are packed for oneDNN (the
-    size bound lowered), so Inductor compiles the decode graph around its onednn_linear calls,
-    whose packed weights are graph inputs, and its attention is the C++ kernel's op
-    (ascendtile/cpu/decode_attention.py), called once per layer and step."""
+    size bound lowered), so the decode graph traces onednn_linear calls, whose packed weights are
+    graph inputs; Inductor compiles it around their cpu_linear replacements, which run the C++
+    few-row kernel once per linear and step of at most cpu_linear.MAX_ROWS sequences, as the C++
+    attention kernel (ascendtile/cpu/decode_attention.py) runs once per layer and step."""
     monkeypatch.setattr(linear_module, "ONEDNN_MIN_WEIGHT_ELEMENTS", 0)
     counts = _count_onednn_linears(monkeypatch)
-    kernel_calls = cpu_decode_attention.calls
+    kernel_calls, linear_calls = cpu_decode_attention.calls, cpu_linear.calls
+    batches, run_decode = [], CompiledModel._run_decode
+    monkeypatch.setattr(CompiledModel, "_run_decode",
+                        lambda model, ids, *args: batches.append(ids.shape[0]) or run_decode(model, ids, *args))
     llm, tokens = _generate(tiny_dir, {"level": 2, "cpu_decode_graph": True})
     assert counts == {"general": [0], "decode": [4 * tiny.CONFIG.num_hidden_layers] * 2}
     assert llm.engine.model.backend.num_compiles == 1
@@ -228,5 +237,9 @@ def test_level_2_with_inductor(tiny_dir, eager_tokens, monkeypatch):
     # only each batch size's first step went through Dynamo; the rest ran the bytecode it compiled
     calls = llm.engine.model.decode_calls
     assert calls["guarded"] == 2 and calls["direct"] >= 60
-    assert cpu_decode_attention.calls - kernel_calls == tiny.CONFIG.num_hidden_layers * (calls["guarded"] + calls["direct"])
+    steps = calls["guarded"] + calls["direct"]
+    assert cpu_decode_attention.calls - kernel_calls == tiny.CONFIG.num_hidden_layers * steps
+    few = sum(batch <= cpu_linear.MAX_ROWS for batch in batches)
+    assert len(batches) == steps and 0 < few < steps
+    assert cpu_linear.calls - linear_calls == 4 * tiny.CONFIG.num_hidden_layers * few
     assert tokens == eager_tokens

@@ -1,0 +1,128 @@
+"""The C++ source of the CPU few-row linear (linear.py): out [M, N] = x [M, K] · weight [N, K]ᵀ (+
+bias [N]) for M of 1 or 2 rows, where the product is bound by reading the weight once.
+
+A tile is 8 fp32 accumulators: M rows × 8 / M outputs, so each 16-element chunk of a weight row is
+widened once for both rows. The x rows are widened to fp32 once a call, in the order the chunks
+are widened in: a bf16 chunk is one 32-byte load split into its even elements (a shift) and its
+odd ones (a mask), so x's even and odd elements are laid out apart. The 8 accumulators are summed
+by one shuffle tree. Each tile prefetches the next tile's weight rows, a sixteenth of them per
+chunk: 8 interleaved rows of ~1 KB are too short a stream for the hardware prefetcher (bf16, 1
+row, SmolLM2's 121 linears: 14.8 ms without, 10.2 with; AMD EPYC, 2 threads, 2026-11-28). Threads
+split the output tiles. 256-bit GCC vector extensions, as decode_attention_source.py. K must be a
+multiple of 16. More rows are compute-bound in 256-bit fp32 FMAs (3 and 4 rows, in tiles of 2 or 4
+rows, lost to oneDNN's bf16 dot products in some runs: bench/results/2026-11-28-cpu-few-rows-linear.md)."""
+
+SOURCE = r'''
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+typedef float v8 __attribute__((vector_size(32)));
+typedef int32_t i8 __attribute__((vector_size(32)));
+typedef _Float16 h8 __attribute__((vector_size(16)));
+typedef uint16_t bf16_t;
+
+static inline float widen(float x) { return x; }
+static inline float widen(bf16_t x) { uint32_t u = uint32_t(x) << 16; float f; std::memcpy(&f, &u, 4); return f; }
+static inline float widen(_Float16 x) { return float(x); }
+static inline void narrow(float v, float* o) { *o = v; }
+static inline void narrow(float v, _Float16* o) { *o = _Float16(v); }
+static inline void narrow(float v, bf16_t* o) {  // round to nearest even, as torch's cast; NaN stays NaN
+  uint32_t u; std::memcpy(&u, &v, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) { *o = bf16_t((u >> 16) | 0x40); return; }
+  u += 0x7fffu + ((u >> 16) & 1u); *o = bf16_t(u >> 16);
+}
+
+// 16 consecutive weight elements -> two fp32 vectors; bf16: the even elements, then the odd ones
+static inline void load16(const float* p, v8& a, v8& b) { std::memcpy(&a, p, 32); std::memcpy(&b, p + 8, 32); }
+static inline void load16(const _Float16* p, v8& a, v8& b) {
+  h8 lo, hi; std::memcpy(&lo, p, 16); std::memcpy(&hi, p + 8, 16);
+  a = __builtin_convertvector(lo, v8); b = __builtin_convertvector(hi, v8);
+}
+static inline void load16(const bf16_t* p, v8& a, v8& b) {
+  i8 w; std::memcpy(&w, p, 32);
+  const i8 even = w << 16, odd = w & (i8){} - 65536;
+  std::memcpy(&a, &even, 32); std::memcpy(&b, &odd, 32);
+}
+// an x row in fp32, each 16-element chunk in load16's order
+template <typename T> static void widen_row(const T* x, float* o, int64_t k) {
+  constexpr bool split = std::is_same<T, bf16_t>::value;
+  for (int64_t c = 0; c < k; c += 16)
+    for (int l = 0; l < 16; ++l) o[c + (split ? l % 2 * 8 + l / 2 : l)] = widen(x[c + l]);
+}
+
+// Eight vectors of partial sums -> their totals, lane l holding p[POS[l]]'s (as in decode attention)
+static const i8 POS = {0, 4, 2, 6, 1, 5, 3, 7};
+static inline v8 sum8(const v8* p) {
+  const i8 lo4 = {0, 1, 2, 3, 8, 9, 10, 11}, hi4 = {4, 5, 6, 7, 12, 13, 14, 15};
+  const i8 lo2 = {0, 1, 8, 9, 4, 5, 12, 13}, hi2 = {2, 3, 10, 11, 6, 7, 14, 15};
+  const i8 lo1 = {0, 8, 2, 10, 4, 12, 6, 14}, hi1 = {1, 9, 3, 11, 5, 13, 7, 15};
+  v8 a[4], b[2];
+  for (int i = 0; i < 4; ++i) a[i] = __builtin_shuffle(p[2 * i], p[2 * i + 1], lo4) + __builtin_shuffle(p[2 * i], p[2 * i + 1], hi4);
+  for (int i = 0; i < 2; ++i) b[i] = __builtin_shuffle(a[2 * i], a[2 * i + 1], lo2) + __builtin_shuffle(a[2 * i], a[2 * i + 1], hi2);
+  return __builtin_shuffle(__builtin_shuffle(b[0], b[1], lo1) + __builtin_shuffle(b[0], b[1], hi1), POS);
+}
+
+// R rows (all of them) x outputs [n0, n0 + 8 / R); outputs past the end repeat the last one's work
+// and are not written
+template <typename T, int R>
+static void tile(T* out, const float* xs, const T* w, const T* bias, int64_t n0, int64_t n, int64_t k,
+                 int64_t w_s, int64_t o_s) {
+  constexpr int O = 8 / R;
+  const T* wr[O];
+  for (int i = 0; i < O; ++i) wr[i] = w + std::min(n0 + i, n - 1) * w_s;
+  const char* ahead = (const char*)(w + std::min(n0 + O, n - 1) * w_s);
+  const int64_t ahead_bytes = (std::min(n0 + 2 * O, n) - std::min(n0 + O, n)) * w_s * int64_t(sizeof(T));
+  const int64_t step_bytes = O * 16 * int64_t(sizeof(T));
+  v8 acc[8] = {};
+  for (int64_t c = 0; c < k; c += 16) {
+    for (int64_t byte = c / 16 * step_bytes; byte < std::min(c / 16 * step_bytes + step_bytes, ahead_bytes); byte += 64)
+      __builtin_prefetch(ahead + byte);
+    for (int i = 0; i < O; ++i) {
+      v8 a, b;
+      load16(wr[i] + c, a, b);
+      for (int r = 0; r < R; ++r) {
+        v8 xa, xb;
+        std::memcpy(&xa, xs + r * k + c, 32); std::memcpy(&xb, xs + r * k + c + 8, 32);
+        acc[i * R + r] += xa * a;
+        acc[i * R + r] += xb * b;
+      }
+    }
+  }
+  const v8 total = sum8(acc);
+  for (int i = 0; i < O && n0 + i < n; ++i)
+    for (int r = 0; r < R; ++r)
+      narrow(total[i * R + r] + (bias ? widen(bias[n0 + i]) : 0.f), out + r * o_s + n0 + i);
+}
+
+template <typename T, int R>
+static void product(T* out, const T* x, const T* w, const T* bias, int64_t n, int64_t k, int64_t x_s,
+                    int64_t w_s, int64_t o_s, int threads) {
+  constexpr int O = 8 / R;
+  std::vector<float> xs(R * k);
+  for (int r = 0; r < R; ++r) widen_row(x + r * x_s, xs.data() + r * k, k);
+  #pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t n0 = 0; n0 < n; n0 += O) tile<T, R>(out, xs.data(), w, bias, n0, n, k, w_s, o_s);
+}
+
+template <typename T>
+static int dispatch(void* out, const void* x, const void* w, const void* bias, int64_t rows, int64_t n, int64_t k,
+                    int64_t x_s, int64_t w_s, int64_t o_s, int threads) {
+  if (k % 16 != 0 || rows > 2) return 1;
+  if (rows == 0 || n == 0) return 0;
+#define PRODUCT(R) product<T, R>((T*)out, (const T*)x, (const T*)w, (const T*)bias, n, k, x_s, w_s, o_s, threads)
+  if (rows == 1) PRODUCT(1); else PRODUCT(2);
+#undef PRODUCT
+  return 0;
+}
+
+#define EXPORT(NAME, T) \
+extern "C" int NAME(void* out, const void* x, const void* w, const void* bias, int64_t rows, int64_t n, int64_t k, \
+                    int64_t x_s, int64_t w_s, int64_t o_s, int threads) { \
+  return dispatch<T>(out, x, w, bias, rows, n, k, x_s, w_s, o_s, threads); }
+EXPORT(linear_float32, float)
+EXPORT(linear_bfloat16, bf16_t)
+EXPORT(linear_float16, _Float16)
+'''

@@ -1,0 +1,158 @@
+"""The CPU few-row linear (ascendtile/cpu/linear.py), built into this session's cache: against the
+fp64 product for 1 and 2 rows (a last tile of fewer outputs, no inputs),
+strided and 3-D x, a weight sliced from a wider one, biases; NaN and inf staying in their row and
+column; more rows on oneDNN's packed copy or aten; bad inputs; the fake impl; and CPU level 2's
+decode graph retargeting its linears where the kernel serves and builds."""
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import fx
+
+from ascendtile.compilation.config import default_cache_dir
+from ascendtile.compilation.decompose import decompose_to_references
+from ascendtile.cpu import linear as cl
+from ascendtile.model.layers import linear as model_linear
+
+TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}  # 16-bit: the output rounded once
+
+
+@pytest.fixture(scope="module", autouse=True)
+def kernel():
+    assert cl.load(default_cache_dir())
+
+
+def _operands(rows, n, k, dtype, bias=True, seed=0):
+    """x [rows, 1, k] with a row stride past k; weight [n, k] sliced from a wider weight."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, 1, k + 5, generator=gen).to(dtype)[..., :k]
+    weight = (torch.randn(n, k + 16, generator=gen) * 0.1).to(dtype)[:, 3:k + 3]
+    b = torch.randn(n, generator=gen).to(dtype) if bias else None
+    return x, weight, b
+
+
+def _product(x, weight, bias):
+    return F.linear(x.double(), weight.double(), None if bias is None else bias.double())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("rows", [1, 2])
+@pytest.mark.parametrize("n, k, bias", [(13, 48, True), (1, 16, False), (576, 576, False), (37, 1536, True),
+                                        (6, 0, True)])
+def test_matches_the_fp64_product(dtype, rows, n, k, bias):
+    x, weight, b = _operands(rows, n, k, dtype, bias)
+    calls = cl.calls
+    out = torch.ops.ascendtile.cpu_linear(x, weight, None, b)
+    assert cl.calls == calls + 1 and out.shape == (rows, 1, n) and out.dtype == dtype
+    torch.testing.assert_close(out.double(), _product(x, weight, b), rtol=TOL[dtype], atol=TOL[dtype])
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_nan_and_inf_stay_in_their_row_and_column(bad):
+    x, weight, b = _operands(2, 21, 64, torch.float32)
+    x[1, 0, 7] = bad
+    weight[5, 40] = float("nan")
+    calls = cl.calls
+    out = torch.ops.ascendtile.cpu_linear(x, weight, None, b)
+    assert cl.calls == calls + 1
+    assert out[1].isinf().logical_or(out[1].isnan()).all() and out[:, :, 5].isnan().all()
+    assert out[0, :, :5].isfinite().all() and out[0, :, 6:].isfinite().all()
+    torch.testing.assert_close(out.double(), _product(x, weight, b), rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+@pytest.mark.parametrize("packed", [True, False])
+def test_more_rows_take_the_packed_copy_or_aten(packed):
+    x, weight, b = _operands(cl.MAX_ROWS + 1, 40, 64, torch.float32)
+    pack = torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), 32) if packed else None
+    calls = cl.calls
+    out = torch.ops.ascendtile.cpu_linear(x, weight, pack, b)
+    assert cl.calls == calls  # not the kernel
+    want = (torch.ops.mkldnn._linear_pointwise(x, pack, b, "none", [], "") if packed else F.linear(x, weight, b))
+    assert torch.equal(out, want)
+
+
+def test_no_rows_give_an_empty_product():
+    x, weight, b = _operands(0, 9, 32, torch.bfloat16)
+    assert torch.ops.ascendtile.cpu_linear(x, weight, None, b).shape == (0, 1, 9)
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda a: {**a, "x": a["x"].double()}, "^x: torch.float64 .* does not fit weight"),
+    (lambda a: {**a, "x": a["x"][..., :32]}, r"^x: .*\(2, 32\) does not fit weight"),
+    (lambda a: {**a, "weight": a["weight"][:, :24], "x": a["x"][..., :24]}, "^weight: no kernel"),
+    (lambda a: {**a, "weight": a["weight"].t().contiguous().t()}, "^weight: no kernel"),
+    (lambda a: {**a, "weight": a["weight"].double(), "x": a["x"].double(), "bias": None},
+     "^weight: no kernel for torch.float64"),
+    (lambda a: {**a, "bias": a["bias"][:5]}, r"^bias: expected torch.float32 \(8,\)"),
+    (lambda a: {**a, "bias": a["bias"].half()}, r"^bias: expected torch.float32 \(8,\), got torch.float16"),
+])
+def test_bad_inputs_name_the_argument(change, match):
+    args = dict(x=torch.randn(2, 48), weight=torch.randn(48, 48)[:8], packed=None, bias=torch.randn(8))
+    with pytest.raises(ValueError, match=match):
+        cl.cpu_linear(**change(args))
+
+
+def test_not_loaded_says_so(monkeypatch):
+    monkeypatch.setattr(cl, "_kernels", {})
+    with pytest.raises(RuntimeError, match="the kernel is not loaded"):
+        cl.cpu_linear(torch.randn(1, 16), torch.randn(4, 16), None, None)
+
+
+def test_fake_impl_and_schema():
+    x, weight, b = _operands(2, 24, 32, torch.float32)
+    torch.library.opcheck(torch.ops.ascendtile.cpu_linear.default, (x, weight, None, b),
+                          test_utils=("test_schema", "test_faketensor"))
+
+
+def _linear_graph(weights: dict[str, torch.Tensor], packed: torch.Tensor | None) -> fx.GraphModule:
+    """x -> one F.linear per weight (a bias on the first), plus an onednn_linear over `packed` of
+    the first weight, summed; each placeholder with the example value Dynamo would record."""
+    graph = fx.Graph()
+    x = graph.placeholder("x")
+    x.meta["example_value"] = torch.empty(1, next(iter(weights.values())).shape[1])
+    nodes = {}
+    for name, w in weights.items():
+        nodes[name] = graph.placeholder(name)
+        nodes[name].meta["example_value"] = w
+    bias = graph.placeholder("bias")
+    first = next(iter(weights))
+    outs = [graph.call_function(torch._C._nn.linear, (x, nodes[name]), {"bias": bias} if name == first else {})
+            for name in weights]
+    if packed is not None:
+        pack = graph.placeholder("packed")
+        outs.append(graph.call_function(torch.ops.ascendtile.onednn_linear.default, (x, nodes[first], pack, None)))
+    graph.output(tuple(outs))
+    return fx.GraphModule(torch.nn.Module(), graph)
+
+
+def test_decode_graph_linears_become_cpu_linear_where_it_serves(tmp_path):
+    """Weights of at least ONEDNN_MIN_WEIGHT_ELEMENTS whose input dim is a multiple of 16: retargeted,
+    with their operands; a small weight and one whose rows are not contiguous stay with aten; the general graph
+    (decode=False) is left alone. The results equal the products."""
+    gen = torch.Generator().manual_seed(1)
+    big = torch.randn(-(-model_linear.ONEDNN_MIN_WEIGHT_ELEMENTS // 576), 576, generator=gen) * 0.05
+    weights = {"big": big, "small": torch.randn(16, 576, generator=gen), "columns": torch.randn(576, 440, generator=gen).t()}
+    packed = torch.ops.mkldnn._reorder_linear_weight(big, 32)
+    general = _linear_graph(weights, packed)
+    assert decompose_to_references(general, decode=False, cache_dir=str(tmp_path)) == 0
+    gm = _linear_graph(weights, packed)
+    assert decompose_to_references(gm, decode=True, cache_dir=default_cache_dir()) == 2
+    targets = [node.target for node in gm.graph.nodes if node.op == "call_function"]
+    cpu_linear = torch.ops.ascendtile.cpu_linear.default
+    assert targets == [cpu_linear, torch._C._nn.linear, torch._C._nn.linear, cpu_linear]
+    x, bias = torch.randn(1, 576, generator=gen), torch.randn(big.shape[0], generator=gen)
+    calls = cl.calls
+    got = gm(x, *weights.values(), bias, packed)
+    assert cl.calls == calls + 2
+    want = [F.linear(x, big, bias), F.linear(x, weights["small"]), None, F.linear(x, big)]
+    for g, w in zip(got, want):
+        if w is not None:
+            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_without_a_compiler_the_decode_graph_keeps_its_linears(tmp_path, monkeypatch):
+    monkeypatch.setenv("CXX", "false")  # a compiler that fails
+    big = torch.randn(-(-model_linear.ONEDNN_MIN_WEIGHT_ELEMENTS // 576), 576)
+    gm = _linear_graph({"big": big}, None)
+    with pytest.warns(RuntimeWarning, match="building linear failed"):
+        assert decompose_to_references(gm, decode=True, cache_dir=str(tmp_path)) == 0
+    assert [node.target for node in gm.graph.nodes if node.op == "call_function"] == [torch._C._nn.linear]
