@@ -12,9 +12,10 @@ serves its dtype and head dim and builds here (ascendtile/cpu/decode_attention.p
 kernel's op instead of the traceable form (bf16 at batch 32: 519 against 834 µs a layer,
 bench/results/2026-11-27-cpu-decode-attention-kernel.md). Its linears (oneDNN's packed, or
 F.linear) with weights of at least ONEDNN_MIN_WEIGHT_ELEMENTS become `cpu_linear` calls, which run
-products of up to 4 rows in a C++ kernel (ascendtile/cpu/linear.py; SmolLM2's linears at 1 row,
-bf16: 10.2 against 14.3 ms, bench/results/2026-11-28-cpu-few-rows-linear.md); smaller weights stay
-with aten, whose call costs less than the op's. The general graph keeps them opaque:
+products of 1 or 2 rows in a C++ kernel (ascendtile/cpu/linear.py; a bf16 SmolLM2 decode step at
+batch 1: 16.0 against 18.8 ms, bench/results/2026-11-28-cpu-few-rows-linear.md); smaller weights stay
+with aten, whose call costs less than the op's. The general graph keeps rope, the KV write and
+attention opaque:
 its attention would need the mixed-batch masks, and the traceable forms double its compile time.
 The ops' validators already ran at trace time (each fake impl validates).
 """
