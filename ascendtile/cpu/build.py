@@ -79,3 +79,18 @@ def load_library(name: str, source: str, cache_dir: str) -> ctypes.CDLL | None:
                 return None
             os.replace(out, path)  # atomic: a process loading it concurrently sees the whole file or none
     return ctypes.CDLL(str(path))
+
+
+def load_kernels(name: str, source: str, cache_dir: str, dtypes: tuple[torch.dtype, ...],
+                 argtypes: list) -> dict[torch.dtype, ctypes._CFuncPtr] | None:
+    """Entry point `<name>_<dtype>` (`<name>_bfloat16`, ...) of the library built from `source`, per
+    dtype, typed with argtypes and an int status; None where the library cannot be built here."""
+    library = load_library(name, source, cache_dir)
+    if library is None:
+        return None
+    kernels = {}
+    for dtype in dtypes:
+        kernel = getattr(library, f"{name}_{str(dtype).removeprefix('torch.')}")
+        kernel.argtypes, kernel.restype = argtypes, ctypes.c_int
+        kernels[dtype] = kernel
+    return kernels

@@ -19,7 +19,7 @@ import ctypes
 
 import torch
 
-from ascendtile.cpu.build import load_library
+from ascendtile.cpu.build import load_kernels
 from ascendtile.cpu.decode_attention_source import SOURCE
 
 HEAD_DIMS = (16, 32, 64, 80, 96, 128, 256)
@@ -33,14 +33,9 @@ calls = 0  # kernel launches in this process: what shows a decode graph runs on 
 
 def load(cache_dir: str) -> bool:
     """Build (or load from cache_dir) the kernel library; False where it cannot be built here."""
-    library = load_library("decode_attention", SOURCE, cache_dir)
-    if library is None:
-        return False
-    for dtype in _DTYPES:
-        kernel = getattr(library, f"decode_attention_{str(dtype).removeprefix('torch.')}")
-        kernel.argtypes, kernel.restype = _ARGTYPES, ctypes.c_int
-        _kernels[dtype] = kernel
-    return True
+    kernels = load_kernels("decode_attention", SOURCE, cache_dir, _DTYPES, _ARGTYPES)
+    _kernels.update(kernels or {})
+    return kernels is not None
 
 
 def supports(query: torch.Tensor, key_cache: torch.Tensor) -> bool:

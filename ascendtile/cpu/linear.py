@@ -19,7 +19,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ascendtile.cpu.build import load_library
+from ascendtile.cpu.build import load_kernels
 from ascendtile.cpu.linear_source import SOURCE
 
 MAX_ROWS = 2
@@ -32,14 +32,9 @@ calls = 0  # kernel launches in this process: what shows a decode graph runs on 
 
 def load(cache_dir: str) -> bool:
     """Build (or load from cache_dir) the kernel library; False where it cannot be built here."""
-    library = load_library("linear", SOURCE, cache_dir)
-    if library is None:
-        return False
-    for dtype in _DTYPES:
-        kernel = getattr(library, f"linear_{str(dtype).removeprefix('torch.')}")
-        kernel.argtypes, kernel.restype = _ARGTYPES, ctypes.c_int
-        _kernels[dtype] = kernel
-    return True
+    kernels = load_kernels("linear", SOURCE, cache_dir, _DTYPES, _ARGTYPES)
+    _kernels.update(kernels or {})
+    return kernels is not None
 
 
 def supports(weight: torch.Tensor) -> bool:

@@ -8,32 +8,14 @@ odd ones (a mask), so x's even and odd elements are laid out apart. The 8 accumu
 by one shuffle tree. Each tile prefetches the next tile's weight rows, a sixteenth of them per
 chunk: 8 interleaved rows of ~1 KB are too short a stream for the hardware prefetcher (bf16, 1
 row, SmolLM2's 121 linears: 14.8 ms without, 10.2 with; AMD EPYC, 2 threads, 2026-11-28). Threads
-split the output tiles. 256-bit GCC vector extensions, as decode_attention_source.py. K must be a
+split the output tiles. 256-bit GCC vector extensions over vector_source.py's prelude. K must be a
 multiple of 16. More rows are compute-bound in 256-bit fp32 FMAs (3 and 4 rows, in tiles of 2 or 4
 rows, lost to oneDNN's bf16 dot products in some runs: bench/results/2026-11-28-cpu-few-rows-linear.md)."""
 
-SOURCE = r'''
-#include <algorithm>
-#include <cstdint>
-#include <cstring>
-#include <type_traits>
-#include <vector>
+from ascendtile.cpu.vector_source import PRELUDE
 
-typedef float v8 __attribute__((vector_size(32)));
-typedef int32_t i8 __attribute__((vector_size(32)));
+SOURCE = PRELUDE + r'''
 typedef _Float16 h8 __attribute__((vector_size(16)));
-typedef uint16_t bf16_t;
-
-static inline float widen(float x) { return x; }
-static inline float widen(bf16_t x) { uint32_t u = uint32_t(x) << 16; float f; std::memcpy(&f, &u, 4); return f; }
-static inline float widen(_Float16 x) { return float(x); }
-static inline void narrow(float v, float* o) { *o = v; }
-static inline void narrow(float v, _Float16* o) { *o = _Float16(v); }
-static inline void narrow(float v, bf16_t* o) {  // round to nearest even, as torch's cast; NaN stays NaN
-  uint32_t u; std::memcpy(&u, &v, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) { *o = bf16_t((u >> 16) | 0x40); return; }
-  u += 0x7fffu + ((u >> 16) & 1u); *o = bf16_t(u >> 16);
-}
 
 // 16 consecutive weight elements -> two fp32 vectors; bf16: the even elements, then the odd ones
 static inline void load16(const float* p, v8& a, v8& b) { std::memcpy(&a, p, 32); std::memcpy(&b, p + 8, 32); }
@@ -51,18 +33,6 @@ template <typename T> static void widen_row(const T* x, float* o, int64_t k) {
   constexpr bool split = std::is_same<T, bf16_t>::value;
   for (int64_t c = 0; c < k; c += 16)
     for (int l = 0; l < 16; ++l) o[c + (split ? l % 2 * 8 + l / 2 : l)] = widen(x[c + l]);
-}
-
-// Eight vectors of partial sums -> their totals, lane l holding p[POS[l]]'s (as in decode attention)
-static const i8 POS = {0, 4, 2, 6, 1, 5, 3, 7};
-static inline v8 sum8(const v8* p) {
-  const i8 lo4 = {0, 1, 2, 3, 8, 9, 10, 11}, hi4 = {4, 5, 6, 7, 12, 13, 14, 15};
-  const i8 lo2 = {0, 1, 8, 9, 4, 5, 12, 13}, hi2 = {2, 3, 10, 11, 6, 7, 14, 15};
-  const i8 lo1 = {0, 8, 2, 10, 4, 12, 6, 14}, hi1 = {1, 9, 3, 11, 5, 13, 7, 15};
-  v8 a[4], b[2];
-  for (int i = 0; i < 4; ++i) a[i] = __builtin_shuffle(p[2 * i], p[2 * i + 1], lo4) + __builtin_shuffle(p[2 * i], p[2 * i + 1], hi4);
-  for (int i = 0; i < 2; ++i) b[i] = __builtin_shuffle(a[2 * i], a[2 * i + 1], lo2) + __builtin_shuffle(a[2 * i], a[2 * i + 1], hi2);
-  return __builtin_shuffle(__builtin_shuffle(b[0], b[1], lo1) + __builtin_shuffle(b[0], b[1], hi1), POS);
 }
 
 // R rows (all of them) x outputs [n0, n0 + 8 / R); outputs past the end repeat the last one's work
@@ -91,7 +61,7 @@ static void tile(T* out, const float* xs, const T* w, const T* bias, int64_t n0,
       }
     }
   }
-  const v8 total = sum8(acc);
+  const v8 total = __builtin_shuffle(sum8(acc), POS);
   for (int i = 0; i < O && n0 + i < n; ++i)
     for (int r = 0; r < R; ++r)
       narrow(total[i * R + r] + (bias ? widen(bias[n0 + i]) : 0.f), out + r * o_s + n0 + i);

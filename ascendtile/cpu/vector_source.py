@@ -1,0 +1,43 @@
+"""C++ that the CPU kernels' sources share (decode_attention_source.py, linear_source.py), placed
+before each: 256-bit GCC vector types, the element types' widening to fp32 and rounding back (to
+nearest even, as torch's casts), and sum8, a shuffle tree that sums eight vectors' lanes at once."""
+
+PRELUDE = r'''
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+typedef float v8 __attribute__((vector_size(32)));
+typedef int32_t i8 __attribute__((vector_size(32)));
+typedef uint16_t bf16_t;
+
+static inline float widen(float x) { return x; }
+static inline float widen(bf16_t x) { uint32_t u = uint32_t(x) << 16; float f; std::memcpy(&f, &u, 4); return f; }
+static inline float widen(_Float16 x) { return float(x); }
+static inline void narrow(float v, float* o) { *o = v; }
+static inline void narrow(float v, _Float16* o) { *o = _Float16(v); }
+static inline void narrow(float v, bf16_t* o) {  // round to nearest even, as torch's cast; NaN stays NaN
+  uint32_t u; std::memcpy(&u, &v, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) { *o = bf16_t((u >> 16) | 0x40); return; }
+  u += 0x7fffu + ((u >> 16) & 1u); *o = bf16_t(u >> 16);
+}
+
+static inline v8 splat(float x) { return (v8){} + x; }
+
+// Eight vectors of partial sums -> one vector of their totals, in the order POS gives (lane l
+// holds the total of p[POS[l]]; POS is its own inverse).
+static const i8 POS = {0, 4, 2, 6, 1, 5, 3, 7};
+static inline v8 sum8(const v8* p) {
+  const i8 lo4 = {0, 1, 2, 3, 8, 9, 10, 11}, hi4 = {4, 5, 6, 7, 12, 13, 14, 15};
+  const i8 lo2 = {0, 1, 8, 9, 4, 5, 12, 13}, hi2 = {2, 3, 10, 11, 6, 7, 14, 15};
+  const i8 lo1 = {0, 8, 2, 10, 4, 12, 6, 14}, hi1 = {1, 9, 3, 11, 5, 13, 7, 15};
+  v8 a[4], b[2];
+  for (int i = 0; i < 4; ++i) a[i] = __builtin_shuffle(p[2 * i], p[2 * i + 1], lo4) + __builtin_shuffle(p[2 * i], p[2 * i + 1], hi4);
+  for (int i = 0; i < 2; ++i) b[i] = __builtin_shuffle(a[2 * i], a[2 * i + 1], lo2) + __builtin_shuffle(a[2 * i], a[2 * i + 1], hi2);
+  return __builtin_shuffle(b[0], b[1], lo1) + __builtin_shuffle(b[0], b[1], hi1);
+}
+'''
