@@ -6,8 +6,10 @@ call (~14 µs) and read SmolLM2's weights at 19–25 GB/s at 1 and 2 rows; this 
 (SmolLM2's 121 linears, 30 layers' weights in turn, 2 threads, AMD EPYC with avx512_bf16,
 2026-11-28: bf16 11.2 against 13.0 ms at 1 row, 10.7 against 14.2 at 2; fp32 21.1 against 21.2
 and 21.1 against 25.0; bench/results/2026-11-28-cpu-few-rows-linear.md). From 3 rows its 256-bit
-fp32 FMAs bind it, and oneDNN's bf16 dot products won in some runs: more rows take the weight's
-oneDNN-packed copy where there is one, else aten.
+fp32 FMAs bind it, and oneDNN's bf16 dot products won in some runs: more rows go where the traced
+call would have sent them, `ascendtile::onednn_linear` (layers/linear.py: the packed copy, or aten
+for the few fp32 rows an Intel CPU multiplies faster there) where there is a packed copy, else
+aten.
 
 dtypes: fp32, bf16, fp16 (x, weight and bias alike), fp32 accumulation, the output rounded once.
 The input dim must be a multiple of 16 and the weight's rows contiguous (supports)."""
@@ -62,14 +64,14 @@ def _explain(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -
 def cpu_linear(x: torch.Tensor, weight: torch.Tensor, packed: torch.Tensor | None,
                bias: torch.Tensor | None) -> torch.Tensor:
     """x [..., K] · weight [N, K]ᵀ (+ bias [N]) -> [..., N], all fp32, bf16 or fp16. Up to MAX_ROWS
-    rows: the kernel. More: `packed`, weight's oneDNN-packed copy (layers/linear.py PackedWeight),
-    where given, else aten."""
+    rows: the kernel. More: onednn_linear over `packed`, weight's oneDNN-packed copy
+    (layers/linear.py PackedWeight), where given, else aten."""
     global calls
     flat = x.dim() == 2  # a graph's calls: no reshape or view on the hot path (~2 µs of ~11)
     count = x.shape[0] if flat else math.prod(x.shape[:-1])
     if x.dim() == 0 or count > MAX_ROWS:
-        if packed is not None:
-            return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+        if packed is not None:  # registered by model/layers/linear.py, which made the pack
+            return torch.ops.ascendtile.onednn_linear.default(x, weight, packed, bias)
         return F.linear(x, weight, bias)
     dtype = x.dtype
     # one expression on the hot path (121 calls a SmolLM2 decode step); _explain says what is wrong

@@ -1,7 +1,7 @@
 """The CPU few-row linear (ascendtile/cpu/linear.py), built into this session's cache: against the
 fp64 product for 1 and 2 rows (a last tile of fewer outputs, no inputs),
 strided 2-D and 3-D x, a weight sliced from a wider one, biases; NaN and inf staying in their row and
-column; more rows on oneDNN's packed copy or aten; bad inputs; the fake impl; and CPU level 2's
+column; more rows where onednn_linear or aten would take them; bad inputs; the fake impl; and CPU level 2's
 decode graph retargeting its linears where the kernel serves and builds."""
 import pytest
 import torch
@@ -61,14 +61,18 @@ def test_nan_and_inf_stay_in_their_row_and_column(bad):
     torch.testing.assert_close(out.double(), _product(x, weight, b), rtol=1e-5, atol=1e-5, equal_nan=True)
 
 
-@pytest.mark.parametrize("packed", [True, False])
-def test_more_rows_take_the_packed_copy_or_aten(packed):
+@pytest.mark.parametrize("packed, vendor", [(True, "AuthenticAMD"), (True, "GenuineIntel"), (False, "AuthenticAMD")])
+def test_more_rows_go_where_the_traced_call_sent_them(packed, vendor, monkeypatch):
+    """More than MAX_ROWS rows: onednn_linear's choice over the packed copy (oneDNN; aten for an
+    Intel CPU's few fp32 rows, few_rows_take_aten), else aten."""
+    monkeypatch.setattr(model_linear, "cpu_vendor", lambda: vendor)
     x, weight, b = _operands(cl.MAX_ROWS + 1, 40, 64, torch.float32)
     pack = torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), 32) if packed else None
     calls = cl.calls
     out = torch.ops.ascendtile.cpu_linear(x, weight, pack, b)
     assert cl.calls == calls  # not the kernel
-    want = (torch.ops.mkldnn._linear_pointwise(x, pack, b, "none", [], "") if packed else F.linear(x, weight, b))
+    onednn = packed and vendor == "AuthenticAMD"
+    want = torch.ops.mkldnn._linear_pointwise(x, pack, b, "none", [], "") if onednn else F.linear(x, weight, b)
     assert torch.equal(out, want)
 
 
