@@ -30,6 +30,7 @@ from torch import fx
 from ascendtile.compilation.passes.graph import ascend_op, example
 from ascendtile.cpu import decode_attention as cpu_decode_attention
 from ascendtile.cpu import linear as cpu_linear
+from ascendtile.cpu import unified_attention as cpu_unified_attention
 from ascendtile.model.layers import linear as model_linear
 from ascendtile.ops._registry import OP_INFO
 from ascendtile.ops.reference.attention_unified import unified_attention_decode_traceable
@@ -82,6 +83,19 @@ def decode_form_of(node: fx.Node, name: str, cache_dir: str | None = None) -> Ca
     return form
 
 
+def general_form_of(node: fx.Node, name: str, cache_dir: str) -> Callable | None:
+    """The general graph's form of op call `node`: its attention over float caches takes the CPU
+    kernel's op (ascendtile/cpu/unified_attention.py) where the kernel serves the call and its
+    library builds (or is cached) in cache_dir; None for every other call, which stays the op."""
+    if name != "unified_attention" or _argument(node, "kv_cache_dtype") != "auto":
+        return None
+    query, key_cache = example(_argument(node, "query")), example(_argument(node, "key_cache"))
+    if (query is None or key_cache is None or not cpu_unified_attention.supports(query, key_cache)
+            or not cpu_unified_attention.load(cache_dir)):
+        return None
+    return cpu_unified_attention.unified_attention_cpu
+
+
 def retarget_linear(node: fx.Node, cache_dir: str) -> bool:
     """Make a decode graph's linear call (F.linear, or onednn_linear over a packed copy) a
     `cpu_linear` call with the same operands, where the weight has at least
@@ -103,7 +117,8 @@ def decompose_to_references(gm: fx.GraphModule, decode: bool = False, cache_dir:
     """Retarget decomposable op calls in place; returns how many. decode: gm is a decode graph
     (every sequence one new token), whose rope, KV write and attention take their traceable forms
     (attention: the CPU kernel's op where it serves, built in cache_dir) and whose linears take
-    cpu_linear (with a cache_dir)."""
+    cpu_linear (with a cache_dir). Otherwise, with a cache_dir, attention takes the CPU kernel of
+    any batch where it serves (general_form_of)."""
     count = 0
     for node in gm.graph.nodes:
         if decode and cache_dir is not None and retarget_linear(node, cache_dir):
@@ -113,6 +128,8 @@ def decompose_to_references(gm: fx.GraphModule, decode: bool = False, cache_dir:
         reference = reference_of(name) if name else None
         if reference is None and name and decode:
             reference = decode_form_of(node, name, cache_dir)
+        elif reference is None and name and cache_dir is not None:
+            reference = general_form_of(node, name, cache_dir)
         if reference is not None:
             node.target = reference
             count += 1

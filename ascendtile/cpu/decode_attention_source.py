@@ -10,27 +10,9 @@ with no visible key, or with a NaN or infinite score, is written as zeros, as th
 softmax followed by nan_to_num gives. 256-bit GCC vector extensions over vector_source.py's
 prelude: AVX2 code on x86 with build.X86_VECTOR_FLAGS, whatever the target has elsewhere."""
 
-from ascendtile.cpu.vector_source import PRELUDE
+from ascendtile.cpu.vector_source import EXP8, PRELUDE
 
-SOURCE = PRELUDE + r'''
-// e^x of 8 lanes, x <= 0 (scores minus their max); below -87.3 (and -inf) gives 0.
-static inline v8 exp8(v8 x) {
-  const i8 zero = x < -87.3f;
-  x = x < -87.3f ? splat(-87.3f) : x;
-  const v8 t = x * 1.44269504088896341f + 0.5f;
-  i8 n = __builtin_convertvector(t, i8);
-  n = __builtin_convertvector(n, v8) > t ? n - 1 : n;  // floor
-  const v8 f = __builtin_convertvector(n, v8);
-  x = x - f * 0.693359375f + f * 2.12194440e-4f;
-  v8 y = splat(1.9875691500e-4f);
-  y = y * x + 1.3981999507e-3f; y = y * x + 8.3334519073e-3f; y = y * x + 4.1665795894e-2f;
-  y = y * x + 1.6666665459e-1f; y = y * x + 5.0000001201e-1f;
-  y = y * x * x + x + 1.f;
-  const i8 bits = (n + 127) << 23;
-  v8 two_n; std::memcpy(&two_n, &bits, 32);
-  return zero ? splat(0.f) : y * two_n;
-}
-
+SOURCE = PRELUDE + EXP8 + r'''
 template <typename T, int NV>  // NV: head dim / 8
 static void attend(T* out, const T* query, const T* key_cache, const T* value_cache, const int32_t* block_table,
                    const int32_t* seq_lens, int64_t batch, int64_t heads, int64_t kv_heads, int64_t num_blocks,

@@ -1,6 +1,7 @@
-"""C++ that the CPU kernels' sources share (decode_attention_source.py, linear_source.py), placed
-before each: 256-bit GCC vector types, the element types' widening to fp32 and rounding back (to
-nearest even, as torch's casts), and sum8, a shuffle tree that sums eight vectors' lanes at once."""
+"""C++ that the CPU kernels' sources share (decode_attention_source.py, unified_attention_source.py,
+linear_source.py), placed before each: 256-bit GCC vector types, the element types' widening to
+fp32 and rounding back (to nearest even, as torch's casts), and sum8, a shuffle tree that sums eight
+vectors' lanes at once; EXP8, the attention kernels' vector exp, follows it in theirs."""
 
 PRELUDE = r'''
 #include <algorithm>
@@ -26,7 +27,7 @@ static inline void narrow(float v, bf16_t* o) {  // round to nearest even, as to
   u += 0x7fffu + ((u >> 16) & 1u); *o = bf16_t(u >> 16);
 }
 
-static inline v8 splat(float x) { return (v8){} + x; }
+static inline v8 splat(float x) { return (v8){x, x, x, x, x, x, x, x}; }
 
 // Eight vectors of partial sums -> one vector of their totals, in the order POS gives (lane l
 // holds the total of p[POS[l]]; POS is its own inverse).
@@ -39,5 +40,25 @@ static inline v8 sum8(const v8* p) {
   for (int i = 0; i < 4; ++i) a[i] = __builtin_shuffle(p[2 * i], p[2 * i + 1], lo4) + __builtin_shuffle(p[2 * i], p[2 * i + 1], hi4);
   for (int i = 0; i < 2; ++i) b[i] = __builtin_shuffle(a[2 * i], a[2 * i + 1], lo2) + __builtin_shuffle(a[2 * i], a[2 * i + 1], hi2);
   return __builtin_shuffle(b[0], b[1], lo1) + __builtin_shuffle(b[0], b[1], hi1);
+}
+'''
+
+EXP8 = r'''
+// e^x of 8 lanes, x <= 0 (scores minus their max); below -87.3 (and -inf) gives 0.
+static inline v8 exp8(v8 x) {
+  const i8 zero = x < -87.3f;
+  x = x < -87.3f ? splat(-87.3f) : x;
+  const v8 t = x * 1.44269504088896341f + 0.5f;
+  i8 n = __builtin_convertvector(t, i8);
+  n = __builtin_convertvector(n, v8) > t ? n - 1 : n;  // floor
+  const v8 f = __builtin_convertvector(n, v8);
+  x = x - f * 0.693359375f + f * 2.12194440e-4f;
+  v8 y = splat(1.9875691500e-4f);
+  y = y * x + 1.3981999507e-3f; y = y * x + 8.3334519073e-3f; y = y * x + 4.1665795894e-2f;
+  y = y * x + 1.6666665459e-1f; y = y * x + 5.0000001201e-1f;
+  y = y * x * x + x + 1.f;
+  const i8 bits = (n + 127) << 23;
+  v8 two_n; std::memcpy(&two_n, &bits, 32);
+  return zero ? splat(0.f) : y * two_n;
 }
 '''

@@ -12,6 +12,7 @@ from ascendtile.compilation import CompilationConfig, CompiledModel, compile_mod
 from ascendtile.compilation.backend import AscendBackend
 from ascendtile.cpu import decode_attention as cpu_decode_attention
 from ascendtile.cpu import linear as cpu_linear
+from ascendtile.cpu import unified_attention as cpu_unified_attention
 from ascendtile.model import load_model
 from ascendtile.model.layers import int4pack
 from ascendtile.model.layers import linear as linear_module
@@ -220,10 +221,12 @@ def test_level_2_with_inductor(tiny_dir, eager_tokens, monkeypatch):
     size bound lowered), so the decode graph traces onednn_linear calls, whose packed weights are
     graph inputs; Inductor compiles it around their cpu_linear replacements, which run the C++
     few-row kernel once per linear and step of at most cpu_linear.MAX_ROWS sequences, as the C++
-    attention kernel (ascendtile/cpu/decode_attention.py) runs once per layer and step."""
+    attention kernel (ascendtile/cpu/decode_attention.py) runs once per layer and step. The general
+    graph's attention is the C++ kernel of any batch (ascendtile/cpu/unified_attention.py): once
+    per layer and step that is not a decode step."""
     monkeypatch.setattr(linear_module, "ONEDNN_MIN_WEIGHT_ELEMENTS", 0)
     counts = _count_onednn_linears(monkeypatch)
-    kernel_calls, linear_calls = cpu_decode_attention.calls, cpu_linear.calls
+    kernel_calls, linear_calls, general_calls = cpu_decode_attention.calls, cpu_linear.calls, cpu_unified_attention.calls
     batches, run_decode = [], CompiledModel._run_decode
     monkeypatch.setattr(CompiledModel, "_run_decode",
                         lambda model, ids, *args: batches.append(ids.shape[0]) or run_decode(model, ids, *args))
@@ -242,4 +245,6 @@ def test_level_2_with_inductor(tiny_dir, eager_tokens, monkeypatch):
     few = sum(batch <= cpu_linear.MAX_ROWS for batch in batches)
     assert len(batches) == steps and 0 < few < steps
     assert cpu_linear.calls - linear_calls == 4 * tiny.CONFIG.num_hidden_layers * few
+    general = llm.last_stats.num_steps - steps
+    assert general > 0 and cpu_unified_attention.calls - general_calls == tiny.CONFIG.num_hidden_layers * general
     assert tokens == eager_tokens
