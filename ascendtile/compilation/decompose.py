@@ -15,8 +15,12 @@ F.linear) with weights of at least ONEDNN_MIN_WEIGHT_ELEMENTS become `cpu_linear
 products of 1 or 2 rows in a C++ kernel (ascendtile/cpu/linear.py; a bf16 SmolLM2 decode step at
 batch 1: 16.0 against 18.8 ms, bench/results/2026-11-28-cpu-few-rows-linear.md); smaller weights stay
 with aten, whose call costs less than the op's. The general graph keeps rope, the KV write and
-attention opaque:
-its attention would need the mixed-batch masks, and the traceable forms double its compile time.
+attention opaque to Inductor (its attention would need the mixed-batch masks, and the traceable
+forms double its compile time), but its rope over positions [T] and its attention over float
+caches call the CPU kernels' ops where they serve and build (general_form_of: one pass over the
+heads instead of the reference's seven tensor ops, and attention read from the cache with no
+padded fp32 copies; a bf16 SmolLM2 prefill of 32 × 128 tokens 2,845 -> 2,578 ms with the
+attention kernel alone, bench/results/2026-11-28-cpu-prefill-kernels.md).
 The ops' validators already ran at trace time (each fake impl validates).
 """
 from __future__ import annotations
@@ -30,6 +34,7 @@ from torch import fx
 from ascendtile.compilation.passes.graph import ascend_op, example
 from ascendtile.cpu import decode_attention as cpu_decode_attention
 from ascendtile.cpu import linear as cpu_linear
+from ascendtile.cpu import rotary_embedding as cpu_rotary_embedding
 from ascendtile.cpu import unified_attention as cpu_unified_attention
 from ascendtile.model.layers import linear as model_linear
 from ascendtile.ops._registry import OP_INFO
@@ -84,9 +89,19 @@ def decode_form_of(node: fx.Node, name: str, cache_dir: str | None = None) -> Ca
 
 
 def general_form_of(node: fx.Node, name: str, cache_dir: str) -> Callable | None:
-    """The general graph's form of op call `node`: its attention over float caches takes the CPU
-    kernel's op (ascendtile/cpu/unified_attention.py) where the kernel serves the call and its
-    library builds (or is cached) in cache_dir; None for every other call, which stays the op."""
+    """The general graph's form of op call `node`: rope over positions [T] and attention over float
+    caches take the CPU kernels' ops (ascendtile/cpu/rotary_embedding.py, unified_attention.py)
+    where the kernel serves the call and its library builds (or is cached) in cache_dir; None for
+    every other call, which stays the op."""
+    if name == "rotary_embedding":
+        positions, query = example(_argument(node, "positions")), example(_argument(node, "query"))
+        key = _argument(node, "key")
+        key = None if key is None else example(key)
+        if (positions is not None and query is not None and cpu_rotary_embedding.supports(positions, query)
+                and (key is None or cpu_rotary_embedding.supports(positions, key))
+                and cpu_rotary_embedding.load(cache_dir)):
+            return cpu_rotary_embedding.rotary_embedding_cpu
+        return None
     if name != "unified_attention" or _argument(node, "kv_cache_dtype") != "auto":
         return None
     query, key_cache = example(_argument(node, "query")), example(_argument(node, "key_cache"))
@@ -117,8 +132,8 @@ def decompose_to_references(gm: fx.GraphModule, decode: bool = False, cache_dir:
     """Retarget decomposable op calls in place; returns how many. decode: gm is a decode graph
     (every sequence one new token), whose rope, KV write and attention take their traceable forms
     (attention: the CPU kernel's op where it serves, built in cache_dir) and whose linears take
-    cpu_linear (with a cache_dir). Otherwise, with a cache_dir, attention takes the CPU kernel of
-    any batch where it serves (general_form_of)."""
+    cpu_linear (with a cache_dir). Otherwise, with a cache_dir, rope and attention take the CPU
+    kernels where they serve (general_form_of)."""
     count = 0
     for node in gm.graph.nodes:
         if decode and cache_dir is not None and retarget_linear(node, cache_dir):

@@ -12,6 +12,7 @@ from ascendtile.compilation import CompilationConfig, CompiledModel, compile_mod
 from ascendtile.compilation.backend import AscendBackend
 from ascendtile.cpu import decode_attention as cpu_decode_attention
 from ascendtile.cpu import linear as cpu_linear
+from ascendtile.cpu import rotary_embedding as cpu_rotary_embedding
 from ascendtile.cpu import unified_attention as cpu_unified_attention
 from ascendtile.model import load_model
 from ascendtile.model.layers import int4pack
@@ -222,11 +223,12 @@ def test_level_2_with_inductor(tiny_dir, eager_tokens, monkeypatch):
     graph inputs; Inductor compiles it around their cpu_linear replacements, which run the C++
     few-row kernel once per linear and step of at most cpu_linear.MAX_ROWS sequences, as the C++
     attention kernel (ascendtile/cpu/decode_attention.py) runs once per layer and step. The general
-    graph's attention is the C++ kernel of any batch (ascendtile/cpu/unified_attention.py): once
-    per layer and step that is not a decode step."""
+    graph's rope and attention are C++ kernels of any batch (ascendtile/cpu/rotary_embedding.py,
+    unified_attention.py): once each per layer and step that is not a decode step."""
     monkeypatch.setattr(linear_module, "ONEDNN_MIN_WEIGHT_ELEMENTS", 0)
     counts = _count_onednn_linears(monkeypatch)
-    kernel_calls, linear_calls, general_calls = cpu_decode_attention.calls, cpu_linear.calls, cpu_unified_attention.calls
+    kernel_calls, linear_calls = cpu_decode_attention.calls, cpu_linear.calls
+    general_calls = cpu_unified_attention.calls, cpu_rotary_embedding.calls
     batches, run_decode = [], CompiledModel._run_decode
     monkeypatch.setattr(CompiledModel, "_run_decode",
                         lambda model, ids, *args: batches.append(ids.shape[0]) or run_decode(model, ids, *args))
@@ -246,5 +248,7 @@ def test_level_2_with_inductor(tiny_dir, eager_tokens, monkeypatch):
     assert len(batches) == steps and 0 < few < steps
     assert cpu_linear.calls - linear_calls == 4 * tiny.CONFIG.num_hidden_layers * few
     general = llm.last_stats.num_steps - steps
-    assert general > 0 and cpu_unified_attention.calls - general_calls == tiny.CONFIG.num_hidden_layers * general
+    assert general > 0
+    assert (cpu_unified_attention.calls - general_calls[0], cpu_rotary_embedding.calls - general_calls[1]) == \
+        (tiny.CONFIG.num_hidden_layers * general,) * 2
     assert tokens == eager_tokens
