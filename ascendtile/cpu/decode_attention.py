@@ -8,22 +8,23 @@ layer (9 / 3 heads, head dim 64, 32 sequences of 129-192 keys, bf16, 2 threads, 
 avx512_bf16, 2026-11-27), 30 layers' caches in turn: 519 µs against 834; at batch 1 23 against 45,
 most of it the op's host cost (bench/results/2026-11-27-cpu-decode-attention-kernel.md).
 
-Head dims with a kernel: HEAD_DIMS; dtypes: fp32, bf16, fp16 (query, caches and out alike). What
-it shows equals the traceable form (unified_attention_decode_traceable) up to the order of fp32
-sums: a key is visible where j < min(seqused_k[b], max_seqlen_k rounded up to a block), its block
-id is in [0, num_blocks) and it is inside the sliding window; hidden rows are never read; a query
-with no visible key, or a NaN or infinite score, gets 0."""
+Head dims with a kernel: paged_operands.HEAD_DIMS; dtypes: fp32, bf16, fp16 (query, caches and out
+alike). What it shows equals the traceable form (unified_attention_decode_traceable) up to the order
+of fp32 sums: a key is visible where j < min(seqused_k[b], max_seqlen_k rounded up to a block), its
+block id is in [0, num_blocks) and it is inside the sliding window; hidden rows are never read; a
+query with no visible key, or a NaN or infinite score, gets 0."""
 from __future__ import annotations
 
 import ctypes
 
 import torch
 
+from ascendtile.cpu import paged_operands
 from ascendtile.cpu.build import load_kernels
 from ascendtile.cpu.decode_attention_source import SOURCE
+from ascendtile.cpu.paged_operands import supports
 
-HEAD_DIMS = (16, 32, 64, 80, 96, 128, 256)
-_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+_DTYPES = paged_operands.DTYPES
 _ARGTYPES = ([ctypes.c_int64] + [ctypes.c_void_p] * 6 + [ctypes.c_int64] * 15
              + [ctypes.c_float, ctypes.c_float, ctypes.c_int64, ctypes.c_int])
 _kernels: dict[torch.dtype, ctypes._CFuncPtr] = {}  # dtype -> entry point, once load() succeeded
@@ -38,13 +39,6 @@ def load(cache_dir: str) -> bool:
     return kernels is not None
 
 
-def supports(query: torch.Tensor, key_cache: torch.Tensor) -> bool:
-    """Whether the kernel serves this query [B, H, D] and cache [num_blocks, block_size, KVH, D]."""
-    return (query.device.type == "cpu" and query.dtype in _DTYPES and key_cache.dtype == query.dtype
-            and query.dim() == 3 and query.shape[-1] in HEAD_DIMS and key_cache.dim() == 4
-            and key_cache.shape[-1] == query.shape[-1] and query.shape[1] % key_cache.shape[2] == 0)
-
-
 _LIB = torch.library.Library("ascendtile", "FRAGMENT")  # the namespace's DEF: model/layers/expert_dispatch.py
 _LIB.define("cpu_decode_attention(Tensor(a!) out, Tensor query, Tensor key_cache, Tensor value_cache, "
             "Tensor block_table, Tensor seqused_k, SymInt max_seqlen_k, float scale, float softcap, "
@@ -54,19 +48,7 @@ _LIB.define("cpu_decode_attention(Tensor(a!) out, Tensor query, Tensor key_cache
 def _explain(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
              block_table: torch.Tensor, seqused_k: torch.Tensor) -> None:
     """Raise what is wrong with the arguments (cpu_decode_attention's quick check failed)."""
-    if not _kernels:
-        raise RuntimeError("cpu_decode_attention: the kernel is not loaded (ascendtile.cpu.decode_attention.load)")
-    if not supports(query, key_cache):
-        raise ValueError(f"query / key_cache: no kernel for {query.dtype} {tuple(query.shape)} over "
-                         f"{key_cache.dtype} {tuple(key_cache.shape)} (head dims {HEAD_DIMS})")
-    for name, t in (("out", out), ("value_cache", value_cache)):
-        if t.dtype != query.dtype:
-            raise ValueError(f"{name}: dtype {t.dtype}, expected the query's {query.dtype}")
-    if out.shape != query.shape or value_cache.shape != key_cache.shape or value_cache.stride() != key_cache.stride():
-        raise ValueError("out / value_cache: shapes (and the caches' strides) must match query's and key_cache's")
-    for name, t in (("out", out), ("query", query), ("key_cache", key_cache), ("block_table", block_table)):
-        if t.stride(-1) != 1:
-            raise ValueError(f"{name}: the last dim must be contiguous")
+    paged_operands.check("cpu_decode_attention", bool(_kernels), out, query, key_cache, value_cache, block_table)
     for name, t in (("block_table", block_table), ("seqused_k", seqused_k)):
         if t.dtype != torch.int32 or t.dim() != 2 - (name == "seqused_k") or t.shape[0] != query.shape[0]:
             raise ValueError(f"{name}: int32 with one row per query row, got {t.dtype} {tuple(t.shape)}")

@@ -46,14 +46,16 @@ static void attend(T* out, const T* query, const T* key_cache, const T* value_ca
         if (id < 0 || id >= num_blocks) continue;
         const int64_t j0 = std::max(blk * block_size, start), j1 = std::min((blk + 1) * block_size, len);
         // the rows this item reads next: the next block's keys, and this block's values (the
-        // value pass reads them after the softmax, from cache)
+        // value pass reads them after the softmax, from cache); into L2 (locality 2): ~200 prefetches
+        // a block into L1 held its fill buffers and stalled (bf16, 32 sequences of 129-192 keys:
+        // 431 -> 354 µs, bench/results/2026-11-28-cpu-prefill-kernels.md)
         const int64_t next = blk + 1 < table_cols && (blk + 1) * block_size < len ? ids[blk + 1] : -1;
         for (int64_t slot = j0 - blk * block_size; slot < j1 - blk * block_size; ++slot) {
           for (int64_t kh = h0; kh < h0 + per; ++kh) {
             for (int64_t byte = 0; byte < NV * 8 * int64_t(sizeof(T)); byte += 64) {
               if (next >= 0 && next < num_blocks)
-                __builtin_prefetch((const char*)(key_cache + next * c_sblk + kh * c_sh + slot * c_sslot) + byte);
-              __builtin_prefetch((const char*)(value_cache + id * c_sblk + kh * c_sh + slot * c_sslot) + byte);
+                __builtin_prefetch((const char*)(key_cache + next * c_sblk + kh * c_sh + slot * c_sslot) + byte, 0, 2);
+              __builtin_prefetch((const char*)(value_cache + id * c_sblk + kh * c_sh + slot * c_sslot) + byte, 0, 2);
             }
           }
         }

@@ -6,23 +6,24 @@ sequence's keys and values into padded fp32 copies and runs torch's fused attent
 kernel reads the rows from the cache once per tile of queries and multiplies with fp32 FMAs,
 skipping the keys a causal tile cannot see.
 
-Head dims with a kernel: HEAD_DIMS; dtypes: fp32, bf16, fp16 (query, caches and out alike). It
-shows what the reference shows, up to the order of fp32 sums: key j of sequence b is visible to
-its new token t (position p = seqused_k[b] - q_len + t) where j <= p, j < seqused_k[b] (bounded by
-the table's columns), its block id is in [0, num_blocks) and p - sliding_window < j (a window > 0);
-softcap > 0 caps the scores. A row with no visible key, or a NaN or +inf score, is written as
-zeros; unused slots are never read."""
+Head dims with a kernel: paged_operands.HEAD_DIMS; dtypes: fp32, bf16, fp16 (query, caches and out
+alike). It shows what the reference shows, up to the order of fp32 sums: key j of sequence b is
+visible to its new token t (position p = seqused_k[b] - q_len + t) where j <= p, j < seqused_k[b]
+(bounded by the table's columns), its block id is in [0, num_blocks) and p - sliding_window < j (a
+window > 0); softcap > 0 caps the scores. A row with no visible key, or a NaN or +inf score, is
+written as zeros; unused slots are never read."""
 from __future__ import annotations
 
 import ctypes
 
 import torch
 
+from ascendtile.cpu import paged_operands
 from ascendtile.cpu.build import load_kernels
+from ascendtile.cpu.paged_operands import supports
 from ascendtile.cpu.unified_attention_source import SOURCE
 
-HEAD_DIMS = (16, 32, 64, 80, 96, 128, 256)
-_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+_DTYPES = paged_operands.DTYPES
 _ARGTYPES = ([ctypes.c_int64] + [ctypes.c_void_p] * 7 + [ctypes.c_int64] * 14
              + [ctypes.c_float, ctypes.c_float, ctypes.c_int64, ctypes.c_int])
 _kernels: dict[torch.dtype, ctypes._CFuncPtr] = {}  # dtype -> entry point, once load() succeeded
@@ -37,13 +38,6 @@ def load(cache_dir: str) -> bool:
     return kernels is not None
 
 
-def supports(query: torch.Tensor, key_cache: torch.Tensor) -> bool:
-    """Whether the kernel serves this query [T, H, D] and cache [num_blocks, block_size, KVH, D]."""
-    return (query.device.type == "cpu" and query.dtype in _DTYPES and key_cache.dtype == query.dtype
-            and query.dim() == 3 and query.shape[-1] in HEAD_DIMS and key_cache.dim() == 4
-            and key_cache.shape[-1] == query.shape[-1] and query.shape[1] % key_cache.shape[2] == 0)
-
-
 _LIB = torch.library.Library("ascendtile", "FRAGMENT")  # the namespace's DEF: model/layers/expert_dispatch.py
 _LIB.define("cpu_unified_attention(Tensor(a!) out, Tensor query, Tensor key_cache, Tensor value_cache, "
             "Tensor block_table, Tensor cu_seqlens_q, Tensor seqused_k, float scale, float softcap, "
@@ -53,19 +47,7 @@ _LIB.define("cpu_unified_attention(Tensor(a!) out, Tensor query, Tensor key_cach
 def _explain(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
              block_table: torch.Tensor, cu_seqlens_q: torch.Tensor, seqused_k: torch.Tensor) -> None:
     """Raise what is wrong with the arguments (cpu_unified_attention's quick check failed)."""
-    if not _kernels:
-        raise RuntimeError("cpu_unified_attention: the kernel is not loaded (ascendtile.cpu.unified_attention.load)")
-    if not supports(query, key_cache):
-        raise ValueError(f"query / key_cache: no kernel for {query.dtype} {tuple(query.shape)} over "
-                         f"{key_cache.dtype} {tuple(key_cache.shape)} (head dims {HEAD_DIMS})")
-    for name, t in (("out", out), ("value_cache", value_cache)):
-        if t.dtype != query.dtype:
-            raise ValueError(f"{name}: dtype {t.dtype}, expected the query's {query.dtype}")
-    if out.shape != query.shape or value_cache.shape != key_cache.shape or value_cache.stride() != key_cache.stride():
-        raise ValueError("out / value_cache: shapes (and the caches' strides) must match query's and key_cache's")
-    for name, t in (("out", out), ("query", query), ("key_cache", key_cache), ("block_table", block_table)):
-        if t.stride(-1) != 1:
-            raise ValueError(f"{name}: the last dim must be contiguous")
+    paged_operands.check("cpu_unified_attention", bool(_kernels), out, query, key_cache, value_cache, block_table)
     num_seqs = seqused_k.shape[0] if seqused_k.dim() == 1 else -1
     for name, t, rows in (("block_table", block_table, num_seqs), ("seqused_k", seqused_k, num_seqs),
                           ("cu_seqlens_q", cu_seqlens_q, num_seqs + 1)):

@@ -14,9 +14,7 @@ from ascendtile.cpu import unified_attention as cua
 from ascendtile.cpu.unified_attention_source import CHUNK_KEYS, TILE_TOKENS
 from ascendtile.ops.reference.attention_unified import unified_attention
 from ops._attention import corrupt_table, make_paged_batch, paged_formula
-
-TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}  # 16-bit: the output rounded once
-
+from tolerances import TOLERANCES
 
 @pytest.fixture(scope="module", autouse=True)
 def kernel():
@@ -56,10 +54,10 @@ def test_matches_independent_formula_and_reference(dtype, q_lens, kv_lens, heads
     out = torch.full((query.shape[0], heads + 1, dim), float("nan"), dtype=dtype)[:, 1:]
     _run(out, query, kc, vc, table, cu, seqused, 0.2, softcap, window)
     expect = paged_formula(query, kc, vc, table, q_lens, kv_lens, 0.2, softcap, window)
-    torch.testing.assert_close(out.double(), expect, rtol=TOL[dtype], atol=TOL[dtype])
+    torch.testing.assert_close(out.double(), expect, **TOLERANCES[dtype])
     ref = torch.empty_like(out)
     unified_attention(ref, query, kc, vc, table, cu, seqused, max(q_lens), max(kv_lens), 0.2, softcap, window)
-    torch.testing.assert_close(out, ref, rtol=TOL[dtype], atol=TOL[dtype])
+    torch.testing.assert_close(out, ref, **TOLERANCES[dtype])
 
 
 def test_queries_past_their_keys_and_empty_sequences_give_zeros():
