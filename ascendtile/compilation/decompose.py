@@ -19,8 +19,8 @@ attention opaque to Inductor (its attention would need the mixed-batch masks, an
 forms double its compile time), but its rope over positions [T] and its attention over float
 caches call the CPU kernels' ops where they serve and build (general_form_of: one pass over the
 heads instead of the reference's seven tensor ops, and attention read from the cache with no
-padded fp32 copies; a bf16 SmolLM2 prefill of 32 × 128 tokens 2,845 -> 2,578 ms with the
-attention kernel alone, bench/results/2026-11-28-cpu-prefill-kernels.md).
+padded fp32 copies; a bf16 SmolLM2 prefill of 32 × 128 tokens 3,011 -> 2,375 ms,
+bench/results/2026-11-28-cpu-prefill-kernels.md).
 The ops' validators already ran at trace time (each fake impl validates).
 """
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """C++ that the CPU kernels' sources share (decode_attention_source.py, unified_attention_source.py,
-linear_source.py), placed before each: 256-bit GCC vector types, the element types' widening to
-fp32 and rounding back (to nearest even, as torch's casts), and sum8, a shuffle tree that sums eight
-vectors' lanes at once; EXP8, the attention kernels' vector exp, follows it in theirs."""
+linear_source.py, rotary_embedding_source.py), placed before each: 256-bit GCC vector types, the
+element types' widening to fp32 and rounding back (to nearest even, as torch's casts), and sum8, a
+shuffle tree that sums eight vectors' lanes at once; EXP8, the attention kernels' vector exp,
+follows it in theirs."""
 
 PRELUDE = r'''
 #include <algorithm>
@@ -27,6 +28,7 @@ static inline void narrow(float v, bf16_t* o) {  // round to nearest even, as to
   u += 0x7fffu + ((u >> 16) & 1u); *o = bf16_t(u >> 16);
 }
 
+// a broadcast: `(v8){} + x` had cost a scalar add before each (0 + x is not x for x = -0)
 static inline v8 splat(float x) { return (v8){x, x, x, x, x, x, x, x}; }
 
 // Eight vectors of partial sums -> one vector of their totals, in the order POS gives (lane l
