@@ -109,11 +109,14 @@ static void attend(T* out, const T* query, const T* key_cache, const T* value_ca
       const int64_t first = seq_lens[b] - q_len + t0, last = first + tokens - 1;  // positions of the tile's tokens
       const int64_t lo = std::max<int64_t>(0, window > 0 ? first - window + 1 : 0);
       const int64_t hi = std::min<int64_t>(kv_len, last + 1);  // keys [lo, hi) may be visible to some row
-      std::fill(q.begin(), q.end(), 0.f);
-      std::fill(o.begin(), o.end(), 0.f);
-      std::fill(run_max.begin(), run_max.end(), ninf);
-      std::fill(run_sum.begin(), run_sum.end(), 0.f);
-      std::fill(bad.begin(), bad.end(), 0);
+      // the products run on blocks of 4 rows: rows past `rows` in the last block are zero queries
+      // (their accumulators are never written out); the rest of each buffer is set below
+      const int64_t padded = (rows + 3) / 4 * 4;
+      std::fill(q.begin() + rows * D, q.begin() + padded * D, 0.f);
+      std::fill(o.begin(), o.begin() + padded * D, 0.f);
+      std::fill(run_max.begin(), run_max.begin() + rows, ninf);
+      std::fill(run_sum.begin(), run_sum.begin() + rows, 0.f);
+      std::fill(bad.begin(), bad.begin() + rows, 0);
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t t = t0 + r / group, h = kh * group + r % group;
         pos[r] = first + r / group;
@@ -209,12 +212,24 @@ static int dispatch(int64_t dim, void* out, const void* q, const void* kc, const
 #undef ATTEND
 }
 
+// Every sequence's query rows inside the query's num_tokens rows: cu_q starts at 0, never decreases
+// and ends at num_tokens (no sequences: nothing is read).
+static bool rows_in_order(const int32_t* cu_q, int64_t num_seqs, int64_t num_tokens) {
+  if (num_seqs == 0) return true;
+  if (cu_q[0] != 0 || cu_q[num_seqs] != num_tokens) return false;
+  for (int64_t b = 0; b < num_seqs; ++b)
+    if (cu_q[b + 1] < cu_q[b]) return false;
+  return true;
+}
+
+// status 0: done; 1: no kernel for the head dim; 2: cu_q out of order (nothing read or written)
 #define EXPORT(NAME, T) \
 extern "C" int NAME(int64_t dim, void* out, const void* q, const void* kc, const void* vc, const int32_t* bt, \
-    const int32_t* cu_q, const int32_t* lens, int64_t num_seqs, int64_t heads, int64_t kv_heads, int64_t num_blocks, \
-    int64_t block_size, int64_t table_cols, int64_t table_stride, int64_t q_st, int64_t q_sh, int64_t o_st, \
-    int64_t o_sh, int64_t c_sblk, int64_t c_sslot, int64_t c_sh, float scale, float softcap, int64_t window, \
-    int threads) { \
+    const int32_t* cu_q, const int32_t* lens, int64_t num_seqs, int64_t num_tokens, int64_t heads, int64_t kv_heads, \
+    int64_t num_blocks, int64_t block_size, int64_t table_cols, int64_t table_stride, int64_t q_st, int64_t q_sh, \
+    int64_t o_st, int64_t o_sh, int64_t c_sblk, int64_t c_sslot, int64_t c_sh, float scale, float softcap, \
+    int64_t window, int threads) { \
+  if (!rows_in_order(cu_q, num_seqs, num_tokens)) return 2; \
   return dispatch<T>(dim, out, q, kc, vc, bt, cu_q, lens, num_seqs, heads, kv_heads, num_blocks, block_size, \
                      table_cols, table_stride, q_st, q_sh, o_st, o_sh, c_sblk, c_sslot, c_sh, scale, softcap, window, \
                      threads); }
