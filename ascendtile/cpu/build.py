@@ -23,6 +23,9 @@ import torch
 
 BASE_FLAGS = ("-O3", "-std=c++17", "-fopenmp", "-shared", "-fPIC")
 X86_VECTOR_FLAGS = ("-mavx2", "-mfma", "-mf16c")
+# the element types every kernel source exports an entry point for (its EXPORT lines) and that
+# vector_source.py's widen / narrow serve
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 compiler_runs = 0  # compiles this process started (a cached library is loaded without one)
 
@@ -81,16 +84,16 @@ def load_library(name: str, source: str, cache_dir: str) -> ctypes.CDLL | None:
     return ctypes.CDLL(str(path))
 
 
-def load_kernels(name: str, source: str, cache_dir: str, dtypes: tuple[torch.dtype, ...],
-                 argtypes: list) -> dict[torch.dtype, ctypes._CFuncPtr] | None:
-    """Entry point `<name>_<dtype>` (`<name>_bfloat16`, ...) of the library built from `source`, per
-    dtype, typed with argtypes and an int status; None where the library cannot be built here."""
+def load_kernels(name: str, source: str, cache_dir: str, argtypes: list,
+                 into: dict[torch.dtype, ctypes._CFuncPtr]) -> bool:
+    """Put the entry point `<name>_<dtype>` (`<name>_bfloat16`, ...) of the library built from
+    `source` into `into` for each of DTYPES, typed with argtypes and an int status; False (nothing
+    put) where the library cannot be built here."""
     library = load_library(name, source, cache_dir)
     if library is None:
-        return None
-    kernels = {}
-    for dtype in dtypes:
+        return False
+    for dtype in DTYPES:
         kernel = getattr(library, f"{name}_{str(dtype).removeprefix('torch.')}")
         kernel.argtypes, kernel.restype = argtypes, ctypes.c_int
-        kernels[dtype] = kernel
-    return kernels
+        into[dtype] = kernel
+    return True

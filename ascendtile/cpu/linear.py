@@ -21,11 +21,10 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ascendtile.cpu.build import load_kernels
+from ascendtile.cpu.build import DTYPES, load_kernels
 from ascendtile.cpu.linear_source import SOURCE
 
 MAX_ROWS = 2
-_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _ARGTYPES = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 6 + [ctypes.c_int]
 _kernels: dict[torch.dtype, ctypes._CFuncPtr] = {}  # dtype -> entry point, once load() succeeded
 
@@ -34,14 +33,12 @@ calls = 0  # kernel launches in this process: what shows a decode graph runs on 
 
 def load(cache_dir: str) -> bool:
     """Build (or load from cache_dir) the kernel library; False where it cannot be built here."""
-    kernels = load_kernels("linear", SOURCE, cache_dir, _DTYPES, _ARGTYPES)
-    _kernels.update(kernels or {})
-    return kernels is not None
+    return load_kernels("linear", SOURCE, cache_dir, _ARGTYPES, _kernels)
 
 
 def supports(weight: torch.Tensor) -> bool:
     """Whether the kernel serves products with this weight [N, K]."""
-    return (weight.is_cpu and weight.dtype in _DTYPES and weight.dim() == 2
+    return (weight.is_cpu and weight.dtype in DTYPES and weight.dim() == 2
             and weight.shape[1] % 16 == 0 and weight.stride(1) == 1)
 
 
@@ -55,7 +52,7 @@ def _explain(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -
         raise RuntimeError("cpu_linear: the kernel is not loaded (ascendtile.cpu.linear.load)")
     if not supports(weight):
         raise ValueError(f"weight: no kernel for {weight.dtype} {tuple(weight.shape)} with strides {weight.stride()} "
-                         f"(2-D, rows contiguous, the input dim a multiple of 16; dtypes {_DTYPES})")
+                         f"(2-D, rows contiguous, the input dim a multiple of 16; dtypes {DTYPES})")
     if x.dtype != weight.dtype or x.shape[-1] != weight.shape[1]:
         raise ValueError(f"x: {x.dtype} {tuple(x.shape)} does not fit weight {weight.dtype} {tuple(weight.shape)}")
     raise ValueError(f"bias: expected {weight.dtype} ({weight.shape[0]},), got {bias.dtype} {tuple(bias.shape)}")

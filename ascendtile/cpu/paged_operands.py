@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import torch
 
+from ascendtile.cpu.build import DTYPES
+
 HEAD_DIMS = (16, 32, 64, 80, 96, 128, 256)
-DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def supports(query: torch.Tensor, key_cache: torch.Tensor) -> bool:

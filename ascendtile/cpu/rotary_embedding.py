@@ -14,10 +14,9 @@ import ctypes
 
 import torch
 
-from ascendtile.cpu.build import load_kernels
+from ascendtile.cpu.build import DTYPES, load_kernels
 from ascendtile.cpu.rotary_embedding_source import SOURCE
 
-_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _CACHE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 _ARGTYPES = ([ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p] + [ctypes.c_int64] * 3 + [ctypes.c_void_p]
              + [ctypes.c_int64] * 3 + [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_int,
@@ -29,14 +28,12 @@ calls = 0  # kernel launches in this process: what shows a general graph runs on
 
 def load(cache_dir: str) -> bool:
     """Build (or load from cache_dir) the kernel library; False where it cannot be built here."""
-    kernels = load_kernels("rotary_embedding", SOURCE, cache_dir, _DTYPES, _ARGTYPES)
-    _kernels.update(kernels or {})
-    return kernels is not None
+    return load_kernels("rotary_embedding", SOURCE, cache_dir, _ARGTYPES, _kernels)
 
 
 def supports(positions: torch.Tensor, query: torch.Tensor) -> bool:
     """Whether the kernel serves these positions [T] and query [T, H, D] or [T, H * D]."""
-    return (query.device.type == "cpu" and query.dtype in _DTYPES and positions.dim() == 1
+    return (query.device.type == "cpu" and query.dtype in DTYPES and positions.dim() == 1
             and query.dim() in (2, 3) and query.stride(-1) == 1)
 
 

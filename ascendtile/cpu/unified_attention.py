@@ -23,7 +23,6 @@ from ascendtile.cpu.build import load_kernels
 from ascendtile.cpu.paged_operands import supports
 from ascendtile.cpu.unified_attention_source import SOURCE
 
-_DTYPES = paged_operands.DTYPES
 _ARGTYPES = ([ctypes.c_int64] + [ctypes.c_void_p] * 7 + [ctypes.c_int64] * 15
              + [ctypes.c_float, ctypes.c_float, ctypes.c_int64, ctypes.c_int])
 _kernels: dict[torch.dtype, ctypes._CFuncPtr] = {}  # dtype -> entry point, once load() succeeded
@@ -33,9 +32,7 @@ calls = 0  # kernel launches in this process: what shows a general graph runs on
 
 def load(cache_dir: str) -> bool:
     """Build (or load from cache_dir) the kernel library; False where it cannot be built here."""
-    kernels = load_kernels("unified_attention", SOURCE, cache_dir, _DTYPES, _ARGTYPES)
-    _kernels.update(kernels or {})
-    return kernels is not None
+    return load_kernels("unified_attention", SOURCE, cache_dir, _ARGTYPES, _kernels)
 
 
 _LIB = torch.library.Library("ascendtile", "FRAGMENT")  # the namespace's DEF: model/layers/expert_dispatch.py
