@@ -83,7 +83,7 @@ def decode_form_of(node: fx.Node, name: str, cache_dir: str | None = None) -> Ca
     if name == "unified_attention" and cache_dir is not None:
         query, key_cache = example(_argument(node, "query")), example(_argument(node, "key_cache"))
         if (query is not None and key_cache is not None and cpu_decode_attention.supports(query, key_cache)
-                and cpu_decode_attention.load(cache_dir)):
+                and cpu_decode_attention.load(cache_dir, [(query.dtype, query.shape[-1])])):
             return cpu_decode_attention.unified_attention_decode_cpu
     return form
 
@@ -99,14 +99,14 @@ def general_form_of(node: fx.Node, name: str, cache_dir: str) -> Callable | None
         key = None if key is None else example(key)
         if (positions is not None and query is not None and cpu_rotary_embedding.supports(positions, query)
                 and (key is None or cpu_rotary_embedding.supports(positions, key))
-                and cpu_rotary_embedding.load(cache_dir)):
+                and cpu_rotary_embedding.load(cache_dir, [query.dtype])):
             return cpu_rotary_embedding.rotary_embedding_cpu
         return None
     if name != "unified_attention" or _argument(node, "kv_cache_dtype") != "auto":
         return None
     query, key_cache = example(_argument(node, "query")), example(_argument(node, "key_cache"))
     if (query is None or key_cache is None or not cpu_unified_attention.supports(query, key_cache)
-            or not cpu_unified_attention.load(cache_dir)):
+            or not cpu_unified_attention.load(cache_dir, [(query.dtype, query.shape[-1])])):
         return None
     return cpu_unified_attention.unified_attention_cpu
 
@@ -119,7 +119,7 @@ def retarget_linear(node: fx.Node, cache_dir: str) -> bool:
         return False
     weight = example(node.args[1])
     if (weight is None or weight.numel() < model_linear.ONEDNN_MIN_WEIGHT_ELEMENTS or not cpu_linear.supports(weight)
-            or not cpu_linear.load(cache_dir)):
+            or not cpu_linear.load(cache_dir, [weight.dtype])):
         return False
     if node.target is torch._C._nn.linear:
         bias = node.args[2] if len(node.args) > 2 else node.kwargs.get("bias")

@@ -20,20 +20,22 @@ import ctypes
 import torch
 
 from ascendtile.cpu import paged_operands
-from ascendtile.cpu.build import load_kernels
+from ascendtile.cpu.build import load_variants
 from ascendtile.cpu.decode_attention_source import SOURCE
 from ascendtile.cpu.paged_operands import supports
 
-_ARGTYPES = ([ctypes.c_int64] + [ctypes.c_void_p] * 6 + [ctypes.c_int64] * 15
+_ARGTYPES = ([ctypes.c_void_p] * 6 + [ctypes.c_int64] * 15
              + [ctypes.c_float, ctypes.c_float, ctypes.c_int64, ctypes.c_int])
-_kernels: dict[torch.dtype, ctypes._CFuncPtr] = {}  # dtype -> entry point, once load() succeeded
+_kernels: dict[tuple[torch.dtype, int], ctypes._CFuncPtr] = {}  # (dtype, head dim) -> entry point, once loaded
 
 calls = 0  # kernel launches in this process: what shows a decode graph runs on it
 
 
-def load(cache_dir: str) -> bool:
-    """Build (or load from cache_dir) the kernel library; False where it cannot be built here."""
-    return load_kernels("decode_attention", SOURCE, cache_dir, _ARGTYPES, _kernels)
+def load(cache_dir: str, variants: list[tuple[torch.dtype, int]]) -> bool:
+    """Build (or load from cache_dir) the kernels for these (dtype, head dim) variants; False where
+    they cannot be built here."""
+    paged_operands.check_variants(variants)
+    return load_variants("decode_attention", SOURCE, cache_dir, _ARGTYPES, variants, _kernels)
 
 
 _LIB = torch.library.Library("ascendtile", "FRAGMENT")  # the namespace's DEF: model/layers/expert_dispatch.py
@@ -45,7 +47,7 @@ _LIB.define("cpu_decode_attention(Tensor(a!) out, Tensor query, Tensor key_cache
 def _explain(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
              block_table: torch.Tensor, seqused_k: torch.Tensor) -> None:
     """Raise what is wrong with the arguments (cpu_decode_attention's quick check failed)."""
-    paged_operands.check("cpu_decode_attention", bool(_kernels), out, query, key_cache, value_cache, block_table)
+    paged_operands.check("cpu_decode_attention", _kernels, out, query, key_cache, value_cache, block_table)
     for name, t in (("block_table", block_table), ("seqused_k", seqused_k)):
         if t.dtype != torch.int32 or t.dim() != 2 - (name == "seqused_k") or t.shape[0] != query.shape[0]:
             raise ValueError(f"{name}: int32 with one row per query row, got {t.dtype} {tuple(t.shape)}")
@@ -63,9 +65,9 @@ def cpu_decode_attention(out: torch.Tensor, query: torch.Tensor, key_cache: torc
     dtype = query.dtype
     # one expression on the hot path (a decode graph calls this once per layer and step); _explain
     # says which argument is wrong
-    if not (dtype in _kernels and out.dtype == dtype and key_cache.dtype == dtype and value_cache.dtype == dtype
-            and block_table.dtype == torch.int32 and seqused_k.dtype == torch.int32 and supports(query, key_cache)
-            and out.shape == query.shape and value_cache.shape == key_cache.shape
+    if not (supports(query, key_cache) and (dtype, query.shape[2]) in _kernels and out.dtype == dtype
+            and key_cache.dtype == dtype and value_cache.dtype == dtype and block_table.dtype == torch.int32
+            and seqused_k.dtype == torch.int32 and out.shape == query.shape and value_cache.shape == key_cache.shape
             and value_cache.stride() == key_cache.stride() and out.stride(-1) == 1 and query.stride(-1) == 1
             and key_cache.stride(-1) == 1 and block_table.dim() == 2 and block_table.stride(-1) == 1
             and block_table.shape[0] == query.shape[0] and seqused_k.shape == (query.shape[0],)
@@ -73,13 +75,12 @@ def cpu_decode_attention(out: torch.Tensor, query: torch.Tensor, key_cache: torc
         _explain(out, query, key_cache, value_cache, block_table, seqused_k)
     batch, heads, dim = query.shape
     num_blocks, block_size, kv_heads = key_cache.shape[:3]
-    status = _kernels[dtype](
-        dim, out.data_ptr(), query.data_ptr(), key_cache.data_ptr(), value_cache.data_ptr(),
+    _kernels[dtype, dim](
+        out.data_ptr(), query.data_ptr(), key_cache.data_ptr(), value_cache.data_ptr(),
         block_table.data_ptr(), seqused_k.data_ptr(), batch, heads, kv_heads, num_blocks, block_size,
         block_table.shape[1], block_table.stride(0), -(-max_seqlen_k // block_size) * block_size, query.stride(0), query.stride(1),
         out.stride(0), out.stride(1), key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
         scale, softcap, sliding_window, torch.get_num_threads())
-    assert status == 0, f"cpu_decode_attention: head dim {dim} has no kernel"  # supports() ruled it out
     calls += 1
 
 

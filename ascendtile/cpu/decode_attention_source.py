@@ -129,35 +129,14 @@ static void attend(T* out, const T* query, const T* key_cache, const T* value_ca
   }
 }
 
-template <typename T>
-static int dispatch(int64_t dim, void* out, const void* q, const void* kc, const void* vc, const int32_t* bt,
-                    const int32_t* lens, int64_t batch, int64_t heads, int64_t kv_heads, int64_t num_blocks,
-                    int64_t block_size, int64_t table_cols, int64_t table_stride, int64_t max_len, int64_t q_sb, int64_t q_sh,
-                    int64_t o_sb, int64_t o_sh, int64_t c_sblk, int64_t c_sslot, int64_t c_sh, float scale,
-                    float softcap, int64_t window, int threads) {
-#define ATTEND(NV) attend<T, NV>((T*)out, (const T*)q, (const T*)kc, (const T*)vc, bt, lens, batch, heads, kv_heads, \
-    num_blocks, block_size, table_cols, table_stride, max_len, q_sb, q_sh, o_sb, o_sh, c_sblk, c_sslot, c_sh, scale, softcap, window, threads)
-  switch (dim) {
-    case 16: ATTEND(2); return 0;
-    case 32: ATTEND(4); return 0;
-    case 64: ATTEND(8); return 0;
-    case 80: ATTEND(10); return 0;
-    case 96: ATTEND(12); return 0;
-    case 128: ATTEND(16); return 0;
-    case 256: ATTEND(32); return 0;
-    default: return 1;
-  }
-#undef ATTEND
-}
-
-#define EXPORT(NAME, T) \
-extern "C" int NAME(int64_t dim, void* out, const void* q, const void* kc, const void* vc, const int32_t* bt, \
+// One variant: elements T, head dim D (build.load_variants), D / 8 vectors a row.
+#define EXPORT(NAME, T, D) \
+extern "C" int NAME(void* out, const void* q, const void* kc, const void* vc, const int32_t* bt, \
     const int32_t* lens, int64_t batch, int64_t heads, int64_t kv_heads, int64_t num_blocks, int64_t block_size, \
-    int64_t table_cols, int64_t table_stride, int64_t max_len, int64_t q_sb, int64_t q_sh, int64_t o_sb, int64_t o_sh, int64_t c_sblk, \
-    int64_t c_sslot, int64_t c_sh, float scale, float softcap, int64_t window, int threads) { \
-  return dispatch<T>(dim, out, q, kc, vc, bt, lens, batch, heads, kv_heads, num_blocks, block_size, table_cols, \
-                     table_stride, max_len, q_sb, q_sh, o_sb, o_sh, c_sblk, c_sslot, c_sh, scale, softcap, window, threads); }
-EXPORT(decode_attention_float32, float)
-EXPORT(decode_attention_bfloat16, bf16_t)
-EXPORT(decode_attention_float16, _Float16)
+    int64_t table_cols, int64_t table_stride, int64_t max_len, int64_t q_sb, int64_t q_sh, int64_t o_sb, int64_t o_sh, \
+    int64_t c_sblk, int64_t c_sslot, int64_t c_sh, float scale, float softcap, int64_t window, int threads) { \
+  attend<T, D / 8>((T*)out, (const T*)q, (const T*)kc, (const T*)vc, bt, lens, batch, heads, kv_heads, num_blocks, \
+                   block_size, table_cols, table_stride, max_len, q_sb, q_sh, o_sb, o_sh, c_sblk, c_sslot, c_sh, scale, \
+                   softcap, window, threads); \
+  return 0; }
 '''

@@ -21,19 +21,20 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ascendtile.cpu.build import DTYPES, load_kernels
+from ascendtile.cpu.build import DTYPES, load_variants
 from ascendtile.cpu.linear_source import SOURCE
 
 MAX_ROWS = 2
 _ARGTYPES = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 6 + [ctypes.c_int]
-_kernels: dict[torch.dtype, ctypes._CFuncPtr] = {}  # dtype -> entry point, once load() succeeded
+_kernels: dict[tuple[torch.dtype], ctypes._CFuncPtr] = {}  # (dtype,) -> entry point, once loaded
 
 calls = 0  # kernel launches in this process: what shows a decode graph runs on it
 
 
-def load(cache_dir: str) -> bool:
-    """Build (or load from cache_dir) the kernel library; False where it cannot be built here."""
-    return load_kernels("linear", SOURCE, cache_dir, _ARGTYPES, _kernels)
+def load(cache_dir: str, dtypes: list[torch.dtype]) -> bool:
+    """Build (or load from cache_dir) the kernels for these dtypes (DTYPES); False where they cannot
+    be built here."""
+    return load_variants("linear", SOURCE, cache_dir, _ARGTYPES, [(dtype,) for dtype in dtypes], _kernels)
 
 
 def supports(weight: torch.Tensor) -> bool:
@@ -48,11 +49,11 @@ _LIB.define("cpu_linear(Tensor x, Tensor weight, Tensor? packed, Tensor? bias) -
 
 def _explain(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
     """Raise what is wrong with the arguments (cpu_linear's quick check failed)."""
-    if not _kernels:
-        raise RuntimeError("cpu_linear: the kernel is not loaded (ascendtile.cpu.linear.load)")
     if not supports(weight):
         raise ValueError(f"weight: no kernel for {weight.dtype} {tuple(weight.shape)} with strides {weight.stride()} "
                          f"(2-D, rows contiguous, the input dim a multiple of 16; dtypes {DTYPES})")
+    if (weight.dtype,) not in _kernels:
+        raise RuntimeError(f"cpu_linear: the kernel is not loaded for {weight.dtype} (ascendtile.cpu.linear.load)")
     if x.dtype != weight.dtype or x.shape[-1] != weight.shape[1]:
         raise ValueError(f"x: {x.dtype} {tuple(x.shape)} does not fit weight {weight.dtype} {tuple(weight.shape)}")
     raise ValueError(f"bias: expected {weight.dtype} ({weight.shape[0]},), got {bias.dtype} {tuple(bias.shape)}")
@@ -72,14 +73,14 @@ def cpu_linear(x: torch.Tensor, weight: torch.Tensor, packed: torch.Tensor | Non
         return F.linear(x, weight, bias)
     dtype = x.dtype
     # one expression on the hot path (121 calls a SmolLM2 decode step); _explain says what is wrong
-    if not (dtype in _kernels and weight.dtype == dtype and supports(weight) and x.shape[-1] == weight.shape[1]
+    if not ((dtype,) in _kernels and weight.dtype == dtype and supports(weight) and x.shape[-1] == weight.shape[1]
             and (bias is None or (bias.dtype == dtype and bias.shape == (weight.shape[0],) and bias.is_contiguous()))):
         _explain(x, weight, bias)
     rows = x if flat else x.reshape(count, x.shape[-1])
     if rows.stride(-1) != 1:
         rows = rows.contiguous()
     out = torch.empty(rows.shape[0], weight.shape[0], dtype=dtype)
-    status = _kernels[dtype](out.data_ptr(), rows.data_ptr(), weight.data_ptr(), 0 if bias is None else bias.data_ptr(),
+    status = _kernels[dtype,](out.data_ptr(), rows.data_ptr(), weight.data_ptr(), 0 if bias is None else bias.data_ptr(),
                     rows.shape[0], weight.shape[0], weight.shape[1], rows.stride(0), weight.stride(0), out.stride(0),
                     torch.get_num_threads())
     assert status == 0, f"cpu_linear: no kernel for {count} rows of {x.shape[-1]}"  # ruled out above

@@ -88,11 +88,9 @@ static int dispatch(void* out, const void* x, const void* w, const void* bias, i
   return 0;
 }
 
+// One variant: elements T (build.load_variants).
 #define EXPORT(NAME, T) \
 extern "C" int NAME(void* out, const void* x, const void* w, const void* bias, int64_t rows, int64_t n, int64_t k, \
                     int64_t x_s, int64_t w_s, int64_t o_s, int threads) { \
   return dispatch<T>(out, x, w, bias, rows, n, k, x_s, w_s, o_s, threads); }
-EXPORT(linear_float32, float)
-EXPORT(linear_bfloat16, bf16_t)
-EXPORT(linear_float16, _Float16)
 '''

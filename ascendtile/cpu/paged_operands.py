@@ -17,15 +17,23 @@ def supports(query: torch.Tensor, key_cache: torch.Tensor) -> bool:
             and key_cache.shape[-1] == query.shape[-1] and query.shape[1] % key_cache.shape[2] == 0)
 
 
-def check(op: str, loaded: bool, out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor,
+def check_variants(variants: list[tuple[torch.dtype, int]]) -> None:
+    """ValueError unless every (dtype, head dim) to load has a head dim with a kernel."""
+    unserved = sorted({v[1] for v in variants if v[1] not in HEAD_DIMS})
+    if unserved:
+        raise ValueError(f"variants: no kernel for the head dims {unserved}; head dims {HEAD_DIMS}")
+
+
+def check(op: str, loaded: dict, out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor,
           value_cache: torch.Tensor, block_table: torch.Tensor) -> None:
-    """Raise what is wrong with the operands both kernels share (op's quick check failed); return
-    when they are right, for op to check its own."""
-    if not loaded:
-        raise RuntimeError(f"{op}: the kernel is not loaded (ascendtile.cpu.{op.removeprefix('cpu_')}.load)")
+    """Raise what is wrong with the operands both kernels share (op's quick check failed; loaded:
+    its entry points by (dtype, head dim)); return when they are right, for op to check its own."""
     if not supports(query, key_cache):
         raise ValueError(f"query / key_cache: no kernel for {query.dtype} {tuple(query.shape)} over "
                          f"{key_cache.dtype} {tuple(key_cache.shape)} (head dims {HEAD_DIMS})")
+    if (query.dtype, query.shape[-1]) not in loaded:
+        raise RuntimeError(f"{op}: the kernel is not loaded for {query.dtype} and head dim {query.shape[-1]} "
+                           f"(ascendtile.cpu.{op.removeprefix('cpu_')}.load)")
     for name, t in (("out", out), ("value_cache", value_cache)):
         if t.dtype != query.dtype:
             raise ValueError(f"{name}: dtype {t.dtype}, expected the query's {query.dtype}")

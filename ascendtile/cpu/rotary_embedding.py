@@ -14,21 +14,22 @@ import ctypes
 
 import torch
 
-from ascendtile.cpu.build import DTYPES, load_kernels
+from ascendtile.cpu.build import DTYPES, load_variants
 from ascendtile.cpu.rotary_embedding_source import SOURCE
 
 _CACHE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 _ARGTYPES = ([ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p] + [ctypes.c_int64] * 3 + [ctypes.c_void_p]
              + [ctypes.c_int64] * 3 + [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_int,
                                        ctypes.c_int64, ctypes.c_int, ctypes.c_int64, ctypes.c_int])
-_kernels: dict[torch.dtype, ctypes._CFuncPtr] = {}  # dtype -> entry point, once load() succeeded
+_kernels: dict[tuple[torch.dtype], ctypes._CFuncPtr] = {}  # (dtype,) -> entry point, once loaded
 
 calls = 0  # kernel launches in this process: what shows a general graph runs on it
 
 
-def load(cache_dir: str) -> bool:
-    """Build (or load from cache_dir) the kernel library; False where it cannot be built here."""
-    return load_kernels("rotary_embedding", SOURCE, cache_dir, _ARGTYPES, _kernels)
+def load(cache_dir: str, dtypes: list[torch.dtype]) -> bool:
+    """Build (or load from cache_dir) the kernels for query / key of these dtypes (DTYPES); False
+    where they cannot be built here."""
+    return load_variants("rotary_embedding", SOURCE, cache_dir, _ARGTYPES, [(dtype,) for dtype in dtypes], _kernels)
 
 
 def supports(positions: torch.Tensor, query: torch.Tensor) -> bool:
@@ -59,22 +60,24 @@ def cpu_rotary_embedding(positions: torch.Tensor, query: torch.Tensor, key: torc
     fp32 / bf16 / fp16 alike; cos_sin_cache [rows, rot_dim] = cat(cos, sin), contiguous; is_neox
     rotates halves, else interleaved pairs; inverse rotates by -theta."""
     global calls
-    if not _kernels:
-        raise RuntimeError("cpu_rotary_embedding: the kernel is not loaded (ascendtile.cpu.rotary_embedding.load)")
     if positions.dtype not in (torch.int32, torch.int64) or positions.dim() != 1 or not positions.is_contiguous():
         raise ValueError(f"positions: contiguous int32 / int64 [T], got {positions.dtype} {tuple(positions.shape)}")
     tokens = positions.shape[0]
     q = _heads("query", query, head_size, tokens)
     k = None if key is None else _heads("key", key, head_size, tokens)
-    if query.dtype not in _kernels or (k is not None and k.dtype != query.dtype):
+    if query.dtype not in DTYPES or (k is not None and k.dtype != query.dtype):
         raise ValueError(f"query / key: fp32, bf16 or fp16 alike, got {query.dtype} and {None if k is None else k.dtype}")
+    kernel = _kernels.get((query.dtype,))
+    if kernel is None:
+        raise RuntimeError(f"cpu_rotary_embedding: the kernel is not loaded for {query.dtype} "
+                           f"(ascendtile.cpu.rotary_embedding.load)")
     rot_dim = cos_sin_cache.shape[-1]
     if (cos_sin_cache.dtype not in _CACHE_CODES or cos_sin_cache.dim() != 2 or not cos_sin_cache.is_contiguous()
             or rot_dim % 2 or not 0 < rot_dim <= head_size - rope_dim_offset or rope_dim_offset < 0):
         raise ValueError(f"cos_sin_cache: contiguous [rows, rot_dim] (rot_dim even, rope_dim_offset + rot_dim <= "
                          f"head_size {head_size}), got {cos_sin_cache.dtype} {tuple(cos_sin_cache.shape)} "
                          f"with rope_dim_offset {rope_dim_offset}")
-    _kernels[query.dtype](
+    kernel(
         positions.data_ptr(), positions.dtype == torch.int32, q.data_ptr(), q.stride(0), q.stride(1), q.shape[1],
         None if k is None else k.data_ptr(), 0 if k is None else k.stride(0), 0 if k is None else k.stride(1),
         0 if k is None else k.shape[1], cos_sin_cache.data_ptr(), _CACHE_CODES[cos_sin_cache.dtype],

@@ -103,13 +103,11 @@ static int rope(const void* positions, int pos_int32, T* query, int64_t q_st, in
   return 0;
 }
 
+// One variant: elements T (build.load_variants).
 #define EXPORT(NAME, T) \
 extern "C" int NAME(const void* positions, int pos_int32, void* query, int64_t q_st, int64_t q_sh, int64_t q_heads, \
     void* key, int64_t k_st, int64_t k_sh, int64_t k_heads, const void* cache, int cache_code, int64_t rows, \
     int64_t rot_dim, int neox, int64_t offset, int inverse, int64_t tokens, int threads) { \
   return rope<T>(positions, pos_int32, (T*)query, q_st, q_sh, q_heads, (T*)key, k_st, k_sh, k_heads, cache, cache_code, \
                  rows, rot_dim, neox, offset, inverse, tokens, threads); }
-EXPORT(rotary_embedding_float32, float)
-EXPORT(rotary_embedding_bfloat16, bf16_t)
-EXPORT(rotary_embedding_float16, _Float16)
 '''

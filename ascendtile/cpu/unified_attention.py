@@ -19,20 +19,22 @@ import ctypes
 import torch
 
 from ascendtile.cpu import paged_operands
-from ascendtile.cpu.build import load_kernels
+from ascendtile.cpu.build import load_variants
 from ascendtile.cpu.paged_operands import supports
 from ascendtile.cpu.unified_attention_source import SOURCE
 
-_ARGTYPES = ([ctypes.c_int64] + [ctypes.c_void_p] * 7 + [ctypes.c_int64] * 15
+_ARGTYPES = ([ctypes.c_void_p] * 7 + [ctypes.c_int64] * 15
              + [ctypes.c_float, ctypes.c_float, ctypes.c_int64, ctypes.c_int])
-_kernels: dict[torch.dtype, ctypes._CFuncPtr] = {}  # dtype -> entry point, once load() succeeded
+_kernels: dict[tuple[torch.dtype, int], ctypes._CFuncPtr] = {}  # (dtype, head dim) -> entry point, once loaded
 
 calls = 0  # kernel launches in this process: what shows a general graph runs on it
 
 
-def load(cache_dir: str) -> bool:
-    """Build (or load from cache_dir) the kernel library; False where it cannot be built here."""
-    return load_kernels("unified_attention", SOURCE, cache_dir, _ARGTYPES, _kernels)
+def load(cache_dir: str, variants: list[tuple[torch.dtype, int]]) -> bool:
+    """Build (or load from cache_dir) the kernels for these (dtype, head dim) variants; False where
+    they cannot be built here."""
+    paged_operands.check_variants(variants)
+    return load_variants("unified_attention", SOURCE, cache_dir, _ARGTYPES, variants, _kernels)
 
 
 _LIB = torch.library.Library("ascendtile", "FRAGMENT")  # the namespace's DEF: model/layers/expert_dispatch.py
@@ -44,7 +46,7 @@ _LIB.define("cpu_unified_attention(Tensor(a!) out, Tensor query, Tensor key_cach
 def _explain(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
              block_table: torch.Tensor, cu_seqlens_q: torch.Tensor, seqused_k: torch.Tensor) -> None:
     """Raise what is wrong with the arguments (cpu_unified_attention's quick check failed)."""
-    paged_operands.check("cpu_unified_attention", bool(_kernels), out, query, key_cache, value_cache, block_table)
+    paged_operands.check("cpu_unified_attention", _kernels, out, query, key_cache, value_cache, block_table)
     num_seqs = seqused_k.shape[0] if seqused_k.dim() == 1 else -1
     for name, t, rows in (("block_table", block_table, num_seqs), ("seqused_k", seqused_k, num_seqs),
                           ("cu_seqlens_q", cu_seqlens_q, num_seqs + 1)):
@@ -71,9 +73,9 @@ def cpu_unified_attention(out: torch.Tensor, query: torch.Tensor, key_cache: tor
     num_seqs = seqused_k.shape[0]
     # one expression on the hot path; _explain says which argument is wrong (the kernel checks
     # cu_seqlens_q's values itself: no host reads of a tensor here)
-    if not (dtype in _kernels and out.dtype == dtype and key_cache.dtype == dtype and value_cache.dtype == dtype
-            and block_table.dtype == torch.int32 and seqused_k.dtype == torch.int32
-            and cu_seqlens_q.dtype == torch.int32 and supports(query, key_cache)
+    if not (supports(query, key_cache) and (dtype, query.shape[2]) in _kernels and out.dtype == dtype
+            and key_cache.dtype == dtype and value_cache.dtype == dtype and block_table.dtype == torch.int32
+            and seqused_k.dtype == torch.int32 and cu_seqlens_q.dtype == torch.int32
             and out.shape == query.shape and value_cache.shape == key_cache.shape
             and value_cache.stride() == key_cache.stride() and out.stride(-1) == 1 and query.stride(-1) == 1
             and key_cache.stride(-1) == 1 and block_table.dim() == 2 and block_table.stride(-1) == 1
@@ -82,15 +84,14 @@ def cpu_unified_attention(out: torch.Tensor, query: torch.Tensor, key_cache: tor
         _explain(out, query, key_cache, value_cache, block_table, cu_seqlens_q, seqused_k)
     heads, dim = query.shape[1:]
     num_blocks, block_size, kv_heads = key_cache.shape[:3]
-    status = _kernels[dtype](
-        dim, out.data_ptr(), query.data_ptr(), key_cache.data_ptr(), value_cache.data_ptr(), block_table.data_ptr(),
+    status = _kernels[dtype, dim](
+        out.data_ptr(), query.data_ptr(), key_cache.data_ptr(), value_cache.data_ptr(), block_table.data_ptr(),
         cu_seqlens_q.data_ptr(), seqused_k.data_ptr(), num_seqs, query.shape[0], heads, kv_heads, num_blocks,
         block_size, block_table.shape[1], block_table.stride(0), query.stride(0), query.stride(1), out.stride(0),
         out.stride(1), key_cache.stride(0), key_cache.stride(1), key_cache.stride(2), scale, softcap, sliding_window,
         torch.get_num_threads())
     if status == 2:  # cu_seqlens_q's values out of order
         _explain(out, query, key_cache, value_cache, block_table, cu_seqlens_q, seqused_k)
-    assert status == 0, f"cpu_unified_attention: head dim {dim} has no kernel"  # supports() ruled it out
     calls += 1
 
 

@@ -190,28 +190,6 @@ static void attend(T* out, const T* query, const T* key_cache, const T* value_ca
   }
 }
 
-template <typename T>
-static int dispatch(int64_t dim, void* out, const void* q, const void* kc, const void* vc, const int32_t* bt,
-                    const int32_t* cu_q, const int32_t* lens, int64_t num_seqs, int64_t heads, int64_t kv_heads,
-                    int64_t num_blocks, int64_t block_size, int64_t table_cols, int64_t table_stride, int64_t q_st,
-                    int64_t q_sh, int64_t o_st, int64_t o_sh, int64_t c_sblk, int64_t c_sslot, int64_t c_sh,
-                    float scale, float softcap, int64_t window, int threads) {
-#define ATTEND(D) attend<T, D>((T*)out, (const T*)q, (const T*)kc, (const T*)vc, bt, cu_q, lens, num_seqs, heads, \
-    kv_heads, num_blocks, block_size, table_cols, table_stride, q_st, q_sh, o_st, o_sh, c_sblk, c_sslot, c_sh, scale, \
-    softcap, window, threads)
-  switch (dim) {
-    case 16: ATTEND(16); return 0;
-    case 32: ATTEND(32); return 0;
-    case 64: ATTEND(64); return 0;
-    case 80: ATTEND(80); return 0;
-    case 96: ATTEND(96); return 0;
-    case 128: ATTEND(128); return 0;
-    case 256: ATTEND(256); return 0;
-    default: return 1;
-  }
-#undef ATTEND
-}
-
 // Every sequence's query rows inside the query's num_tokens rows: cu_q starts at 0, never decreases
 // and ends at num_tokens (no sequences: nothing is read).
 static bool rows_in_order(const int32_t* cu_q, int64_t num_seqs, int64_t num_tokens) {
@@ -222,18 +200,17 @@ static bool rows_in_order(const int32_t* cu_q, int64_t num_seqs, int64_t num_tok
   return true;
 }
 
-// status 0: done; 1: no kernel for the head dim; 2: cu_q out of order (nothing read or written)
-#define EXPORT(NAME, T) \
-extern "C" int NAME(int64_t dim, void* out, const void* q, const void* kc, const void* vc, const int32_t* bt, \
+// One variant: elements T, head dim D (build.load_variants). Status 0: done; 2: cu_q out of order
+// (nothing read or written).
+#define EXPORT(NAME, T, D) \
+extern "C" int NAME(void* out, const void* q, const void* kc, const void* vc, const int32_t* bt, \
     const int32_t* cu_q, const int32_t* lens, int64_t num_seqs, int64_t num_tokens, int64_t heads, int64_t kv_heads, \
     int64_t num_blocks, int64_t block_size, int64_t table_cols, int64_t table_stride, int64_t q_st, int64_t q_sh, \
     int64_t o_st, int64_t o_sh, int64_t c_sblk, int64_t c_sslot, int64_t c_sh, float scale, float softcap, \
     int64_t window, int threads) { \
   if (!rows_in_order(cu_q, num_seqs, num_tokens)) return 2; \
-  return dispatch<T>(dim, out, q, kc, vc, bt, cu_q, lens, num_seqs, heads, kv_heads, num_blocks, block_size, \
-                     table_cols, table_stride, q_st, q_sh, o_st, o_sh, c_sblk, c_sslot, c_sh, scale, softcap, window, \
-                     threads); }
-EXPORT(unified_attention_float32, float)
-EXPORT(unified_attention_bfloat16, bf16_t)
-EXPORT(unified_attention_float16, _Float16)
+  attend<T, D>((T*)out, (const T*)q, (const T*)kc, (const T*)vc, bt, cu_q, lens, num_seqs, heads, kv_heads, num_blocks, \
+               block_size, table_cols, table_stride, q_st, q_sh, o_st, o_sh, c_sblk, c_sslot, c_sh, scale, softcap, \
+               window, threads); \
+  return 0; }
 '''

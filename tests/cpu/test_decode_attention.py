@@ -9,13 +9,14 @@ import torch
 from ascendtile.compilation.config import default_cache_dir
 from ascendtile.cpu import build
 from ascendtile.cpu import decode_attention as cda
+from ascendtile.cpu.paged_operands import HEAD_DIMS
 from ascendtile.ops.reference.attention_unified import unified_attention_decode_traceable
 from ops._attention import corrupt_table, make_paged_batch, paged_formula
 from tolerances import TOLERANCES
 
 @pytest.fixture(scope="module", autouse=True)
 def kernel():
-    assert cda.load(default_cache_dir())
+    assert cda.load(default_cache_dir(), [(dtype, dim) for dtype in build.DTYPES for dim in HEAD_DIMS])
 
 
 def _run(out, query, kc, vc, table, seqused, max_k, scale=0.2, softcap=0.0, window=0):
@@ -98,18 +99,36 @@ def test_bad_inputs_name_the_argument(change, match):
         cda.cpu_decode_attention(**change(args), max_seqlen_k=9, scale=0.2, softcap=0.0, sliding_window=0)
 
 
-def test_the_library_is_built_once_per_cache_dir(tmp_path, monkeypatch):
-    runs = build.compiler_runs
-    first = build.load_library("decode_attention", cda.SOURCE, str(tmp_path))
-    assert first is not None and build.compiler_runs == runs + 1
-    assert [p.suffix for p in (tmp_path / "cpu").iterdir()] == [".so"]  # the temporary build dir is gone
-    build.load_library.cache_clear()  # as a fresh process: the file is read back, not rebuilt
-    assert build.load_library("decode_attention", cda.SOURCE, str(tmp_path)) is not None
+def test_variants_are_built_when_asked_for_once_per_cache_dir(tmp_path, monkeypatch):
+    """A library holds the variants asked for and not yet loaded; a second process (the lru cache
+    cleared) reads the file back; another variant is a library of its own."""
+    runs, kernels, where = build.compiler_runs, {}, str(tmp_path)
+    load = lambda variants, into: build.load_variants("decode_attention", cda.SOURCE, where, cda._ARGTYPES, variants, into)
+    assert load([(torch.float32, 16)], kernels) and list(kernels) == [(torch.float32, 16)]
     assert build.compiler_runs == runs + 1
-    path = build.library_path("decode_attention", cda.SOURCE, str(tmp_path))
-    assert build.library_path("decode_attention", cda.SOURCE + " ", str(tmp_path)) != path  # another source
+    assert [p.suffix for p in (tmp_path / "cpu").iterdir()] == [".so"]  # the temporary build dir is gone
+    assert load([(torch.float32, 16)], kernels) and build.compiler_runs == runs + 1  # loaded: nothing built
+    build.load_library.cache_clear()  # as a fresh process: the file is read back, not rebuilt
+    again = {}
+    assert load([(torch.float32, 16)], again) and build.compiler_runs == runs + 1
+    assert load([(torch.bfloat16, 16), (torch.float32, 16), (torch.bfloat16, 16)], again)
+    assert list(again) == [(torch.float32, 16), (torch.bfloat16, 16)] and build.compiler_runs == runs + 2
+    assert len(list((tmp_path / "cpu").iterdir())) == 2
+    with pytest.raises(ValueError, match=r"^variants: no kernel for the dtypes \['torch.float64'\]"):
+        load([(torch.float64, 16)], {})
+    with pytest.raises(ValueError, match=r"^variants: no kernel for the head dims \[24, 48\]"):
+        cda.load(where, [(torch.float32, 48), (torch.float32, 24), (torch.float32, 64)])
+    path = build.library_path("decode_attention", cda.SOURCE, where)
+    assert build.library_path("decode_attention", cda.SOURCE + " ", where) != path  # another source
     monkeypatch.setattr(build, "BASE_FLAGS", (*build.BASE_FLAGS, "-g"))  # other flags: another file too
-    assert build.library_path("decode_attention", cda.SOURCE, str(tmp_path)) != path
+    assert build.library_path("decode_attention", cda.SOURCE, where) != path
+
+
+def test_not_loaded_says_so(monkeypatch):
+    monkeypatch.setattr(cda, "_kernels", {key: k for key, k in cda._kernels.items() if key != (torch.bfloat16, 64)})
+    query, kc, vc, table, _, seqused = make_paged_batch([1, 1], [5, 9], 4, 2, 64, 16, torch.bfloat16)
+    with pytest.raises(RuntimeError, match="^cpu_decode_attention: the kernel is not loaded for torch.bfloat16 and head dim 64"):
+        cda.cpu_decode_attention(torch.empty_like(query), query, kc, vc, table, seqused, 9, 0.2, 0.0, 0)
 
 
 def test_without_a_compiler_the_reference_path_stays(tmp_path, monkeypatch):

@@ -11,6 +11,7 @@ from torch import fx
 from ascendtile.compilation.config import default_cache_dir
 from ascendtile.compilation.decompose import decompose_to_references
 from ascendtile.cpu import linear as cl
+from ascendtile.cpu.build import DTYPES
 from ascendtile.model.layers import linear as model_linear
 
 TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}  # 16-bit: the output rounded once
@@ -18,7 +19,7 @@ TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}  # 16-bit
 
 @pytest.fixture(scope="module", autouse=True)
 def kernel():
-    assert cl.load(default_cache_dir())
+    assert cl.load(default_cache_dir(), list(DTYPES))
 
 
 def _operands(rows, n, k, dtype, bias=True, seed=0):
@@ -98,9 +99,12 @@ def test_bad_inputs_name_the_argument(change, match):
 
 
 def test_not_loaded_says_so(monkeypatch):
-    monkeypatch.setattr(cl, "_kernels", {})
-    with pytest.raises(RuntimeError, match="the kernel is not loaded"):
-        cl.cpu_linear(torch.randn(1, 16), torch.randn(4, 16), None, None)
+    monkeypatch.setattr(cl, "_kernels", {key: k for key, k in cl._kernels.items() if key != (torch.bfloat16,)})
+    cl.cpu_linear(torch.randn(1, 16), torch.randn(4, 16), None, None)
+    with pytest.raises(RuntimeError, match="^cpu_linear: the kernel is not loaded for torch.bfloat16"):
+        cl.cpu_linear(torch.randn(1, 16).bfloat16(), torch.randn(4, 16).bfloat16(), None, None)
+    with pytest.raises(ValueError, match=r"^variants: no kernel for the dtypes \['torch.float64'\]"):
+        cl.load(default_cache_dir(), [torch.float64])
 
 
 def test_fake_impl_and_schema():
@@ -156,6 +160,7 @@ def test_decode_graph_linears_become_cpu_linear_where_it_serves(tmp_path):
 
 
 def test_without_a_compiler_the_decode_graph_keeps_its_linears(tmp_path, monkeypatch):
+    monkeypatch.setattr(cl, "_kernels", {})  # as a process that loaded none
     monkeypatch.setenv("CXX", "false")  # a compiler that fails
     big = torch.randn(-(-model_linear.ONEDNN_MIN_WEIGHT_ELEMENTS // 576), 576)
     gm = _linear_graph({"big": big}, None)

@@ -11,12 +11,13 @@ from torch import fx
 from ascendtile.compilation.config import default_cache_dir
 from ascendtile.compilation.decompose import decompose_to_references
 from ascendtile.cpu import rotary_embedding as cre
+from ascendtile.cpu.build import DTYPES
 from ascendtile.ops.reference.rope import rotary_embedding
 
 
 @pytest.fixture(scope="module", autouse=True)
 def kernel():
-    assert cre.load(default_cache_dir())
+    assert cre.load(default_cache_dir(), list(DTYPES))
 
 
 def _run(*args):
@@ -89,9 +90,12 @@ def test_bad_inputs_name_the_argument(change, match):
 
 
 def test_not_loaded_says_so(monkeypatch):
-    monkeypatch.setattr(cre, "_kernels", {})
-    with pytest.raises(RuntimeError, match="the kernel is not loaded"):
-        cre.cpu_rotary_embedding(torch.arange(2), torch.randn(2, 4, 64), None, 64, torch.randn(4, 64), True)
+    monkeypatch.setattr(cre, "_kernels", {key: k for key, k in cre._kernels.items() if key != (torch.float16,)})
+    cre.cpu_rotary_embedding(torch.arange(2), torch.randn(2, 4, 64), None, 64, torch.randn(4, 64), True)
+    with pytest.raises(RuntimeError, match="^cpu_rotary_embedding: the kernel is not loaded for torch.float16"):
+        cre.cpu_rotary_embedding(torch.arange(2), torch.randn(2, 4, 64).half(), None, 64, torch.randn(4, 64), True)
+    with pytest.raises(ValueError, match=r"^variants: no kernel for the dtypes \['torch.int32'\]"):
+        cre.load(default_cache_dir(), [torch.int32])
 
 
 def test_fake_impl_and_schema():
@@ -127,6 +131,7 @@ def test_general_graph_rope_becomes_the_kernel_where_it_serves(tmp_path, monkeyp
     assert cre.calls == calls + 1 and torch.equal(query, want_q) and torch.equal(key, want_k)
     batched = _rope_graph(positions.view(2, 3), query.view(2, 3, 4, 64), key.view(2, 3, 2, 64))
     assert decompose_to_references(batched, decode=False, cache_dir=default_cache_dir()) == 0
+    monkeypatch.setattr(cre, "_kernels", {})  # as a process that loaded none
     monkeypatch.setenv("CXX", "false")  # a compiler that fails
     with pytest.warns(RuntimeWarning, match="building rotary_embedding failed"):
         assert decompose_to_references(_rope_graph(positions, query, key), decode=False, cache_dir=str(tmp_path)) == 0

@@ -11,6 +11,8 @@ from torch import fx
 from ascendtile.compilation.config import default_cache_dir
 from ascendtile.compilation.decompose import decompose_to_references
 from ascendtile.cpu import unified_attention as cua
+from ascendtile.cpu.build import DTYPES
+from ascendtile.cpu.paged_operands import HEAD_DIMS
 from ascendtile.cpu.unified_attention_source import CHUNK_KEYS, TILE_TOKENS
 from ascendtile.ops.reference.attention_unified import unified_attention
 from ops._attention import corrupt_table, make_paged_batch, paged_formula
@@ -18,7 +20,7 @@ from tolerances import TOLERANCES
 
 @pytest.fixture(scope="module", autouse=True)
 def kernel():
-    assert cua.load(default_cache_dir())
+    assert cua.load(default_cache_dir(), [(dtype, dim) for dtype in DTYPES for dim in HEAD_DIMS])
 
 
 def _run(out, query, kc, vc, table, cu, seqused, scale=0.2, softcap=0.0, window=0):
@@ -108,10 +110,14 @@ def test_bad_inputs_name_the_argument(change, match):
 
 
 def test_not_loaded_says_so(monkeypatch):
-    monkeypatch.setattr(cua, "_kernels", {})
+    monkeypatch.setattr(cua, "_kernels", {key: k for key, k in cua._kernels.items() if key != (torch.float32, 64)})
     query, kc, vc, table, cu, seqused = make_paged_batch([2], [5], 4, 2, 64, 16)
-    with pytest.raises(RuntimeError, match="the kernel is not loaded"):
+    with pytest.raises(RuntimeError, match="^cpu_unified_attention: the kernel is not loaded for torch.float32 and head dim 64"):
         cua.cpu_unified_attention(torch.empty_like(query), query, kc, vc, table, cu, seqused, 0.2, 0.0, 0)
+    query, kc, vc, table, cu, seqused = make_paged_batch([2], [5], 4, 2, 32, 16)  # another head dim: loaded
+    cua.cpu_unified_attention(torch.empty_like(query), query, kc, vc, table, cu, seqused, 0.2, 0.0, 0)
+    with pytest.raises(ValueError, match=r"^variants: no kernel for the head dims \[24\]"):
+        cua.load(default_cache_dir(), [(torch.float32, 24)])
 
 
 def test_fake_impl_and_schema():
@@ -153,6 +159,11 @@ def test_general_graph_attention_becomes_the_kernel_where_it_serves(tmp_path, mo
     odd = {**args, "query": torch.empty(21, 4, 24), "out": torch.empty(21, 4, 24),
            "key_cache": kc[..., :24], "value_cache": vc[..., :24]}
     assert decompose_to_references(_attention_graph(odd, "auto"), decode=False, cache_dir=default_cache_dir()) == 0
+    monkeypatch.setattr(cua, "_kernels", {})  # as a process that loaded none: a compile builds its one variant
+    assert decompose_to_references(_attention_graph(args, "auto"), decode=False, cache_dir=str(tmp_path)) == 1
+    assert list(cua._kernels) == [(torch.float32, 32)]
+    assert len(list((tmp_path / "cpu").glob("unified_attention-*.so"))) == 1
+    monkeypatch.setattr(cua, "_kernels", {})
     monkeypatch.setenv("CXX", "false")  # a compiler that fails
     with pytest.warns(RuntimeWarning, match="building unified_attention failed"):
-        assert decompose_to_references(_attention_graph(args, "auto"), decode=False, cache_dir=str(tmp_path)) == 0
+        assert decompose_to_references(_attention_graph(args, "auto"), decode=False, cache_dir=str(tmp_path / "b")) == 0
