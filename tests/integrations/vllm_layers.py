@@ -1,7 +1,8 @@
 """Run by the vLLM venv's Python (tests/integrations/test_vllm_plugin.py): every layer class our
 plugin replaces, built the way vLLM's models build it, against vLLM's own pure-torch forward
 (`forward_native`) on the same inputs, in the forms vLLM's callers pass; writes per case the
-largest difference and our op calls it made as JSON. Usage: vllm_layers.py OUT_JSON."""
+largest difference and our op calls it made as JSON, with the general plugins installed and those
+vLLM loads under this process's VLLM_PLUGINS. Usage: vllm_layers.py OUT_JSON."""
 import json
 import sys
 
@@ -132,11 +133,17 @@ def _():
 
 
 if __name__ == "__main__":
+    from importlib.metadata import entry_points
+
     from vllm.config import CompilationConfig, VllmConfig, set_current_vllm_config
+    from vllm.plugins import DEFAULT_PLUGINS_GROUP, load_plugins_by_group
 
     from ascendtile.integrations.vllm import register
     from ascendtile.integrations.vllm.counters import op_calls, reset_op_calls
 
+    # run with VLLM_PLUGINS empty: the general plugins installed, and those vLLM would load
+    found = sorted(plugin.name for plugin in entry_points(group=DEFAULT_PLUGINS_GROUP))
+    loaded = sorted(load_plugins_by_group(DEFAULT_PLUGINS_GROUP))
     register()
     torch.manual_seed(0)
     results = {}
@@ -146,4 +153,4 @@ if __name__ == "__main__":
             reset_op_calls()
             results[name] = {"max_diff": fn(), "op_calls": op_calls()}
     with open(sys.argv[1], "w") as f:
-        json.dump(results, f, indent=1)
+        json.dump({"plugins_found": found, "plugins_loaded": loaded, "cases": results}, f, indent=1)
