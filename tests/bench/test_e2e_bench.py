@@ -10,6 +10,7 @@ import torch
 from ascendtile import platform
 from ascendtile.bench import e2e
 from ascendtile.bench.e2e import agreement, compute_roof, percentiles, synthetic_prompts
+from ascendtile.bench.peaks import DevicePeak, measured_cpu_peak
 from ascendtile.bench.peers import RunResult, vllm_python
 from ascendtile.cli import main
 from compilation import tiny
@@ -209,11 +210,24 @@ def test_vllm_python_defaults_to_the_env_then_the_venv_make_builds(tmp_path, mon
     assert vllm_python() == Path(".venv-vllm/bin/python")
 
 
-def test_roof_is_measured_in_the_runs_dtype():
+def test_roof_is_measured_in_the_runs_dtype_or_widened_to_fp32_where_that_is_faster(monkeypatch):
     ours = RunResult("ascendtile", 1.0, 100, 100, [0.1], [0.01])
     fp32, bf16 = compute_roof(135e6, ours, torch.float32), compute_roof(135e6, ours, torch.bfloat16)
-    assert fp32["peak_source"].endswith("measured, float32 GEMM") and bf16["peak_source"].endswith("measured, bfloat16 GEMM")
-    assert platform.cpu_isa() in bf16["peak_source"]
+    assert fp32["peak_source"].endswith("measured, float32 GEMM") and platform.cpu_isa() in bf16["peak_source"]
+    measured = {dtype: measured_cpu_peak(dtype).matrix_tflops * 1e3 for dtype in (torch.float32, torch.bfloat16)}
+    assert bf16["gemm_gflops"] == max(measured.values())
+    assert bf16["peak_source"].endswith("measured, bfloat16 GEMM" if measured[torch.bfloat16] >= measured[torch.float32]
+                                        else "here: operands widened to fp32")
+    # either way round, whatever this CPU measures: an AVX2 CPU's bf16 GEMM (1.3 GFLOP/s on an AMD
+    # EPYC, 2026-11-28) and one with bf16 dot products
+    for bf16_tflops, source in ((0.0013, "float32 GEMM, above bfloat16 GEMM's 1.3 GFLOP/s here: operands widened to fp32"),
+                                (0.4, "bfloat16 GEMM")):
+        peaks = {torch.float32: DevicePeak("cpu", 10.0, 0.13, "measured, float32 GEMM"),
+                 torch.bfloat16: DevicePeak("cpu", 10.0, bf16_tflops, "measured, bfloat16 GEMM")}
+        monkeypatch.setattr(e2e, "current_peak", peaks.__getitem__)
+        roof = compute_roof(135e6, ours, torch.bfloat16)
+        assert roof["peak_source"] == f"cpu, measured, {source}"
+        assert roof["roof_tok_s"] == pytest.approx(max(bf16_tflops, 0.13) * 1e12 / 270e6)
 
 
 @pytest.mark.slow

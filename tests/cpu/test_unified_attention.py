@@ -18,6 +18,10 @@ from ascendtile.ops.reference.attention_unified import unified_attention
 from ops._attention import corrupt_table, make_paged_batch, paged_formula
 from tolerances import TOLERANCES
 
+# one worker builds the 21 variants (~12 s on an AVX2 EPYC) and runs the module
+pytestmark = pytest.mark.xdist_group("cpu_unified_attention")
+
+
 @pytest.fixture(scope="module", autouse=True)
 def kernel():
     assert cua.load(default_cache_dir(), [(dtype, dim) for dtype in DTYPES for dim in HEAD_DIMS])
