@@ -72,15 +72,16 @@ def cpu_linear(x: torch.Tensor, weight: torch.Tensor, packed: torch.Tensor | Non
             return torch.ops.ascendtile.onednn_linear.default(x, weight, packed, bias)
         return F.linear(x, weight, bias)
     dtype = x.dtype
+    kernel = _kernels.get((dtype,))
     # one expression on the hot path (121 calls a SmolLM2 decode step); _explain says what is wrong
-    if not ((dtype,) in _kernels and weight.dtype == dtype and supports(weight) and x.shape[-1] == weight.shape[1]
+    if not (kernel is not None and weight.dtype == dtype and supports(weight) and x.shape[-1] == weight.shape[1]
             and (bias is None or (bias.dtype == dtype and bias.shape == (weight.shape[0],) and bias.is_contiguous()))):
         _explain(x, weight, bias)
     rows = x if flat else x.reshape(count, x.shape[-1])
     if rows.stride(-1) != 1:
         rows = rows.contiguous()
     out = torch.empty(rows.shape[0], weight.shape[0], dtype=dtype)
-    status = _kernels[dtype,](out.data_ptr(), rows.data_ptr(), weight.data_ptr(), 0 if bias is None else bias.data_ptr(),
+    status = kernel(out.data_ptr(), rows.data_ptr(), weight.data_ptr(), 0 if bias is None else bias.data_ptr(),
                     rows.shape[0], weight.shape[0], weight.shape[1], rows.stride(0), weight.stride(0), out.stride(0),
                     torch.get_num_threads())
     assert status == 0, f"cpu_linear: no kernel for {count} rows of {x.shape[-1]}"  # ruled out above
