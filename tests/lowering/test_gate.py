@@ -94,14 +94,28 @@ def test_inspector_reads_linalg_hazards():
                                         "element_scatters": 1, "rmw_stores": 1}
 
 
-def test_memory_report_units():
-    # extents are bits, offsets bytes; a multibuffered buffer lists one offset per copy
-    report = {"Record": [
-        {"scope": "ub", "memory_info_array": [{"extent": 65536, "offset": [32, 131264]}, {"extent": 256, "offset": [0]}]},
-        {"scope": "cbuf", "memory_info_array": [{"extent": 8 * 1024, "offset": [0]}]},
-        {"scope": "cc", "memory_info_array": [{"extent": 8 * 4096, "offset": [0, 4096]}]},
-    ]}
-    assert planned_bytes(report) == {"ub_bytes": 131264 + 8192, "l1_bytes": 1024, "l0c_bytes": 8192}
+def test_memory_plan_units():
+    # offsets are i64 constants in bytes; a multibuffered buffer is one cast per copy; global
+    # memory (gm) is no on-chip plan
+    ir = """
+      %c0_i64 = arith.constant 0 : i64
+      %c32_i64 = arith.constant 32 : i64
+      %c131264_i64 = arith.constant 131264 : i64
+      %c4096_i64 = arith.constant 4096 : i64
+      %0 = hivm.hir.pointer_cast(%c32_i64) : memref<4096xf16, #hivm.address_space<ub>>
+      %1 = hivm.hir.pointer_cast(%c131264_i64) : memref<4096xf16, #hivm.address_space<ub>>
+      %2 = hivm.hir.pointer_cast(%c0_i64) : memref<8xi32, #hivm.address_space<ub>>
+      %3 = hivm.hir.pointer_cast(%c0_i64) : memref<4x2x16xbf16, #hivm.address_space<cbuf>>
+      %4 = hivm.hir.pointer_cast(%c0_i64) : memref<2x1x16x16xf32, #hivm.address_space<cc>>
+      %5 = hivm.hir.pointer_cast(%c4096_i64) : memref<2x1x16x16xf32, #hivm.address_space<cc>>
+      %6 = hivm.hir.pointer_cast(%c131264_i64) : memref<1048576xf32, #hivm.address_space<gm>>
+    """
+    assert planned_bytes(ir) == {"ub_bytes": 131264 + 8192, "l1_bytes": 256, "l0c_bytes": 4096 + 2048}
+    # a buffer it cannot size (a dynamic dim, an offset it cannot resolve) fails rather than plan less
+    for cast in ("hivm.hir.pointer_cast(%c0_i64) : memref<?xf16, #hivm.address_space<ub>>",
+                 "hivm.hir.pointer_cast(%off) : memref<16xf16, #hivm.address_space<ub>>"):
+        with pytest.raises(ValueError, match="planned buffer not understood"):
+            planned_bytes("%c0_i64 = arith.constant 0 : i64\n" + cast)
     ir = ("hivm.hir.pipe_barrier\nhivm.hir.set_flag\nhivm.hir.wait_flag\nhivm.hir.sync_block_set\nhivm.hir.sync_block_wait\n"
           "call @vcmp_eq_1d_int32_t(%a)\ncall @vcmps_lt_2d_int64_t(%b)\ncall @vcmp_gt_1d_float(%c)")
     assert static_cost(ir) == {"pipe_barriers": 1, "sync_flags": 2, "cube_vector_syncs": 2, "int_compares": 2}
