@@ -32,8 +32,6 @@ import types
 from typing import Callable, Iterator
 
 import torch
-import torch._dynamo.config as dynamo_config
-import torch.fx.experimental._config as fx_config
 from torch import nn
 
 from ascendtile.compilation.backend import AscendBackend
@@ -42,6 +40,7 @@ from ascendtile.compilation.direct_call import capturing_bytecode
 from ascendtile.compilation.piece_capture import CaptureSpec
 from ascendtile.model.attention_metadata import AttentionMetadata
 from ascendtile.model.layers import int4pack
+from ascendtile.model.layers.linear import PackedWeight
 from ascendtile.ops._registry import trusted_calls
 
 
@@ -113,7 +112,11 @@ class CompiledModel:
             self._decode_forward = torch.compile(self._decode_method, backend=self.decode_backend,
                                                  fullgraph=True, dynamic=True)
         # Its caches are static while it traces: the marks live on the tensors, and the general
-        # graph must keep the caches' sizes symbolic.
+        # graph must keep the caches' sizes symbolic. The prepacked weights' copies it takes are
+        # static for good (traced_tensors), marked here, not as they are packed, so that a process
+        # that never compiles does not import Dynamo.
+        for pack in _prepacked_tensors(self.model):
+            torch._dynamo.mark_static(pack)
         for cache in caches:
             torch._dynamo.mark_static(cache)
         try:
@@ -148,12 +151,23 @@ class CompiledModel:
                 f"{self.compile_seconds:.1f} s")
 
 
+def _prepacked_tensors(model: nn.Module) -> list[torch.Tensor]:
+    """The tensors of every prepacked weight copy the model holds (oneDNN's, int4pack's)."""
+    return [tensor for module in model.modules() for value in vars(module).values()
+            if isinstance(value, (PackedWeight, int4pack.Int4Pack)) for tensor in value.traced_tensors()]
+
+
 @contextlib.contextmanager
 def _tracing_config() -> Iterator[None]:
     """The config Dynamo traces under at levels 2 and 3. Floats (eps, softmax scale) stay
     constants: symbolic ones make Inductor restart the trace. No duck shaping: a block-table width
     that happens to equal a constant model dim (KV heads) would share its symbol and be specialized
     with it."""
+    # Imported here: Dynamo takes ~4 s to import, which a process that never compiles (level 0,
+    # the default) does not pay.
+    import torch._dynamo.config as dynamo_config
+    import torch.fx.experimental._config as fx_config
+
     with fx_config.patch(backed_size_oblivious=True, use_duck_shape=False), \
             dynamo_config.patch(specialize_float=True):
         yield

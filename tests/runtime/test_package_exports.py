@@ -39,13 +39,26 @@ def test_import_ascendtile_does_not_load_the_runtime():
     assert "ascendtile.ops" in added
 
 
-def test_from_ascendtile_import_llm_and_sampling_params():
-    loaded = _fresh("""
+def test_from_ascendtile_import_llm_and_sampling_params(tmp_path):
+    """...and generating at level 0 (the default) loads no Dynamo (~4 s of import): not with the
+    runtime, not while prepacking weights for oneDNN (all 4 linears of the layer are above the bound)."""
+    from transformers import LlamaConfig
+
+    from model.helpers import save_tiny
+
+    save_tiny(LlamaConfig(vocab_size=128, hidden_size=512, intermediate_size=1024, num_hidden_layers=1,
+                          num_attention_heads=4, num_key_value_heads=2), tmp_path)
+    loaded = _fresh(f"""
         import json, sys
         from ascendtile import LLM, SamplingParams
-        print(json.dumps([LLM.__module__, SamplingParams.__module__, "ascendtile.runtime.llm" in sys.modules]))
+        from ascendtile.model.layers.linear import Linear
+        llm = LLM({str(tmp_path)!r}, max_model_len=64, max_num_seqs=1)
+        out = llm.generate([[5, 6, 7]], SamplingParams(temperature=0, max_tokens=2), use_tqdm=False)
+        packed = sum(m.packed is not None for m in llm.engine.model.modules() if isinstance(m, Linear))
+        print(json.dumps([LLM.__module__, SamplingParams.__module__, "ascendtile.runtime.llm" in sys.modules,
+                          len(out[0].outputs[0].token_ids), packed, "torch._dynamo" in sys.modules]))
     """)
-    assert loaded == ["ascendtile.runtime.llm", "ascendtile.runtime.sampling_params", True]
+    assert loaded == ["ascendtile.runtime.llm", "ascendtile.runtime.sampling_params", True, 2, 4, False]
 
 
 @pytest.mark.parametrize("name", ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput"])

@@ -103,6 +103,13 @@ class Int4Pack:
                 and x.device.type == "cpu" and x.dtype == self.scale_and_zeros.dtype
                 and x.numel() <= INT4PACK_MAX_ROWS * x.shape[-1])
 
+    def traced_tensors(self) -> tuple[torch.Tensor, ...]:
+        """What a decode graph takes as inputs. It traces every input dim dynamic; a symbolic N from
+        the pack would reach the slices of a merged q/k/v output, which Inductor cannot lower
+        (parameters are static already), so the compile marks these static
+        (compilation/compiled_model.py)."""
+        return self.packed, self.scale_and_zeros
+
     def linear(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         """x [..., K] -> x·Wᵀ (+ bias) [..., N] in x's dtype."""
         rows = x.reshape(-1, x.shape[-1]).contiguous()
@@ -139,10 +146,6 @@ def pack_int4(qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor, g
         scale = scales.repeat_interleave(repeat, dim=1)
         zero = (mins + 8 * scales).repeat_interleave(repeat, dim=1)  # (q − 8)·scale + zero = q·scale + min
         scale_and_zeros = torch.stack([scale.t(), zero.t()], dim=-1).to(dtype).contiguous()
-    # A decode graph traces with every input dim dynamic; a symbolic N from the pack would reach the
-    # slices of a merged q/k/v output, which Inductor cannot lower (parameters are static already).
-    torch._dynamo.mark_static(packed)
-    torch._dynamo.mark_static(scale_and_zeros)
     sources = (qweight, scales, mins)
     versions = tuple(None if s.is_inference() else s._version for s in sources)
     return Int4Pack(sources, versions, group_size, kernel_group, packed, scale_and_zeros)

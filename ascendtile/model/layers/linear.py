@@ -84,6 +84,12 @@ class PackedWeight:
             current = self.version is None or weight._version == self.version
         return current and weight is self.source and x.device.type == "cpu"
 
+    def traced_tensors(self) -> tuple[torch.Tensor, ...]:
+        """What CPU level 2's decode graph takes as inputs (onednn_linear): it traces every input
+        dim dynamic, and sizes of the pack's own would add two symbols per linear and double that
+        graph's compile, so the compile marks these static (compilation/compiled_model.py)."""
+        return (self.packed,)
+
     def __deepcopy__(self, memo: dict) -> PackedWeight | None:
         # oneDNN's opaque tensor has no storage to copy: pack the copied weight (memo makes it the
         # copy's own parameter) so a deep-copied model keeps its fast path.
@@ -102,9 +108,6 @@ def pack_weight(weight: torch.Tensor) -> PackedWeight | None:
         packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), ONEDNN_ROWS_HINT)
     except (RuntimeError, AttributeError):  # op missing from this build, or the ISA check refused it
         return None
-    # CPU level 2's decode graph takes it as an input (onednn_linear) and traces every input dim
-    # dynamic: sizes of its own would add two symbols per linear, and double that graph's compile.
-    torch._dynamo.mark_static(packed)
     return PackedWeight(weight, None if weight.is_inference() else weight._version, packed)
 
 
