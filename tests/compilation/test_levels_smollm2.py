@@ -22,9 +22,9 @@ def cache_dir(tmp_path_factory) -> str:
 
 
 @pytest.mark.parametrize("level, use_inductor", [(1, False), (2, True), (3, True)])
-def test_level_gives_hf_greedy_tokens(level, use_inductor, hf_smollm2_greedy, cache_dir):
+def test_level_gives_hf_greedy_tokens(level, use_inductor, smollm2, hf_smollm2_greedy, cache_dir):
     hits = counters["inductor"]["fxgraph_cache_hit"]
-    llm = LLM("default", max_model_len=256, max_num_seqs=4,
+    llm = LLM(smollm2, max_model_len=256, max_num_seqs=4,
               compilation_config={"level": level, "cache_dir": cache_dir, "use_inductor": use_inductor})
     tokens = [o.outputs[0].token_ids for o in llm.generate(PARITY, GREEDY, use_tqdm=False)]
     compiled = llm.engine.model
