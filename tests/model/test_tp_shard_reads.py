@@ -3,14 +3,13 @@
 quantized data before dequantizing). A rank's parameters equal the TP=1 model's narrowed to its
 share, and the elements read (safetensors) or dequantized (GGUF) are counted: a loader that reads
 whole tensors and narrows afterwards reads about twice as much and fails."""
-import gguf
 import pytest
 import torch
 from safetensors.torch import load_file
 from transformers import LlamaConfig
 
 from ascendtile.model import load_model
-from ascendtile.model.loading import checkpoint
+from ascendtile.model.loading import checkpoint, gguf_reader
 from model.gguf_writer import write_llama_gguf
 from model.helpers import save_tiny
 
@@ -100,14 +99,14 @@ def test_gguf_rank_dequantizes_only_its_rows_and_blocks(tmp_path, as_rank, monke
     write_llama_gguf(hf_model, tmp_path / "tiny.gguf")
     whole = load_model(str(tmp_path / "tiny.gguf")).model
     counter = [0]
-    dequantize = gguf.quants.dequantize
+    dequantize = gguf_reader.dequantize
 
     def counting(data, qtype):
         out = dequantize(data, qtype)
         counter[0] += out.size
         return out
 
-    monkeypatch.setattr(gguf.quants, "dequantize", counting)
+    monkeypatch.setattr(gguf_reader, "dequantize", counting)
     as_rank(2, rank)
     model = load_model(str(tmp_path / "tiny.gguf")).model
     _shards_match(model, whole, rank)

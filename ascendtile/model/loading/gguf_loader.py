@@ -152,7 +152,8 @@ class GGUFCheckpointTensor:
             array = array - 1.0  # stored as 1 + w
         elif self.permuted_heads:
             array = _unpermute(array, self.permuted_heads * array.shape[0] // self.shape[0])
-        return torch.from_numpy(np.array(array, dtype=np.float32))  # copies out of the read-only memmap
+        # copies what is still a view of the read-only memmap (float types), not a fresh dequantization
+        return torch.from_numpy(np.require(array, np.float32, ["WRITEABLE"]))
 
     def read_int4(self, part: tuple[int, int, int] | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """read()'s part of a 4-bit tensor as W4A16 (qweight, scales, mins) (gguf_w4a16.read_int4,

@@ -5,8 +5,8 @@ gguf.GGUFReader builds numpy views for every element of every metadata array, wh
 on Gemma 3's 262k-token vocabulary (~4 s on SmolLM2's); here numeric arrays are one frombuffer
 and strings one struct read each (~0.3 s). Values come back as gguf's `field.contents()` gives
 them (str, int, float, bool, lists); tensor data has GGUFReader's layout (element arrays for
-float/int types, uint8 rows for block-quantized ones), so `gguf.quants.dequantize` takes it;
-`GGUFTensor.dequantize` can dequantize a part of a tensor (a tensor-parallel rank's rows or
+float/int types, uint8 rows for block-quantized ones), which `gguf.quants.dequantize` and
+gguf_dequant.py take; `GGUFTensor.dequantize` can dequantize a part of a tensor (a tensor-parallel rank's rows or
 columns) from the bytes of that part alone. Little-endian GGUF v2/v3 only.
 """
 from __future__ import annotations
@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
+
+from ascendtile.model.loading.gguf_dequant import dequantize
 
 MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
@@ -47,8 +49,6 @@ class GGUFTensor:
         but the last, and every dim of an element type) slice the stored data first; a column
         range of block-quantized rows slices bytes when it is block-aligned, and otherwise
         dequantizes the rows and then narrows."""
-        import gguf
-
         data = self.data
         if part is not None:
             dim, start, length = part
@@ -58,8 +58,8 @@ class GGUFTensor:
             elif start % block == 0 and length % block == 0:
                 data = data[..., start // block * block_bytes: (start + length) // block * block_bytes]
             else:
-                return gguf.quants.dequantize(data, self.tensor_type)[..., start: start + length]
-        return gguf.quants.dequantize(np.ascontiguousarray(data), self.tensor_type)
+                return dequantize(data, self.tensor_type)[..., start: start + length]
+        return dequantize(np.ascontiguousarray(data), self.tensor_type)
 
 
 class _Cursor:
