@@ -60,8 +60,9 @@ def test_embedded_smollm2_tensors_are_bit_equal_to_gguf():
 
 
 def test_other_types_go_to_gguf():
-    data = np.random.default_rng(2).integers(0, 256, (2, GGML_QUANT_SIZES[GGMLQuantizationType.Q6_K][1]), dtype=np.uint8)
-    _assert_bit_equal(dequantize(data, GGMLQuantizationType.Q6_K), gguf.quants.dequantize(data, GGMLQuantizationType.Q6_K))
+    q6_k = GGMLQuantizationType.Q6_K
+    data = np.random.default_rng(2).integers(0, 256, (2, GGML_QUANT_SIZES[q6_k][1]), dtype=np.uint8)
+    _assert_bit_equal(dequantize(data, q6_k), gguf.quants.dequantize(data, q6_k))
 
 
 @pytest.mark.parametrize("data, match", [

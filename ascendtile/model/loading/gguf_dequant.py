@@ -1,10 +1,11 @@
-"""GGUF block dequantization in torch for the 32-element block types the embedded models store
-most of their weights in (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), bit-equal to `gguf.quants.dequantize`
-(the same float32 products and sums; a product's operand order does not change its bits); every other type goes to gguf's numpy code.
+"""GGUF block dequantization in torch for the 32-element block types the embedded models keep
+most of their weights in (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), bit-equal to `gguf.quants.dequantize`: the
+same float32 products and sums (a product's operand order does not change its bits). Every other
+type goes to gguf's numpy code.
 
-Why: gguf's numpy code makes several full-size temporaries per tensor and was most of a model
-load's dequantization time (Gemma 3's 262k-row Q8_0 embedding, SmolLM2's Q4_1 layers), and a test
-run loads the embedded models in many processes (tensor-parallel ranks, vLLM, the CLI).
+Why: gguf's numpy code makes several full-size temporaries per tensor; this takes about half its
+time on the embedded SmolLM2's file, and a test run loads the embedded models in many processes
+(tensor-parallel ranks, vLLM, the CLI).
 """
 from __future__ import annotations
 

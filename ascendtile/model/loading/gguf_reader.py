@@ -6,8 +6,8 @@ on Gemma 3's 262k-token vocabulary (~4 s on SmolLM2's); here numeric arrays are 
 and strings one struct read each (~0.3 s). Values come back as gguf's `field.contents()` gives
 them (str, int, float, bool, lists); tensor data has GGUFReader's layout (element arrays for
 float/int types, uint8 rows for block-quantized ones), which `gguf.quants.dequantize` and
-gguf_dequant.py take; `GGUFTensor.dequantize` can dequantize a part of a tensor (a tensor-parallel rank's rows or
-columns) from the bytes of that part alone. Little-endian GGUF v2/v3 only.
+gguf_dequant.py take; `GGUFTensor.dequantize` can dequantize a part of a tensor (a
+tensor-parallel rank's rows or columns) from the bytes of that part alone. Little-endian GGUF v2/v3 only.
 """
 from __future__ import annotations
 
