@@ -9,6 +9,7 @@ time on the embedded SmolLM2's file, and a test run loads the embedded models in
 """
 from __future__ import annotations
 
+import gguf
 import numpy as np
 import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
@@ -66,8 +67,6 @@ def dequantize(data: np.ndarray, qtype: GGMLQuantizationType) -> np.ndarray:
     for a block type), as `gguf.quants.dequantize(data, qtype)` gives it."""
     dequantize_blocks = _BLOCK_DEQUANTIZERS.get(qtype)
     if dequantize_blocks is None:
-        import gguf
-
         return gguf.quants.dequantize(data, qtype)
     block, block_bytes = GGML_QUANT_SIZES[qtype]
     if data.dtype != np.uint8 or data.shape[-1] % block_bytes:
