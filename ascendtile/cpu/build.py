@@ -54,24 +54,26 @@ def compiler_name() -> str:
     return os.environ.get("CXX", "g++")
 
 
-def library_path(name: str, source: str, cache_dir: str) -> Path | None:
-    """Where `source` built with this compiler and these flags lives in `cache_dir`; None (with a
-    warning) when there is no working compiler."""
+def library_path(name: str, source: str, cache_dir: str, extra_flags: tuple[str, ...] = ()) -> Path | None:
+    """Where `source` built with this compiler, these flags and extra_flags lives in `cache_dir`;
+    None (with a warning) when there is no working compiler."""
     compiler = shutil.which(compiler_name())
     if compiler is None:
         warnings.warn(f"ascendtile.cpu: no C++ compiler ({compiler_name()}): {name} is not built, "
                       f"the reference path runs instead", RuntimeWarning, stacklevel=2)
         return None
-    key = hashlib.sha256("\0".join([source, " ".join(compile_flags()), _compiler_version(compiler)]).encode())
+    flags = " ".join(compile_flags() + extra_flags)
+    key = hashlib.sha256("\0".join([source, flags, _compiler_version(compiler)]).encode())
     return Path(cache_dir) / "cpu" / f"{name}-{key.hexdigest()[:20]}.so"
 
 
 @functools.lru_cache(maxsize=None)
-def load_library(name: str, source: str, cache_dir: str) -> ctypes.CDLL | None:
+def load_library(name: str, source: str, cache_dir: str, extra_flags: tuple[str, ...] = ()) -> ctypes.CDLL | None:
     """The library built from `source` (once per process and cache_dir), or None with a warning
-    when it cannot be built here."""
+    when it cannot be built here. extra_flags follow the source on the command line (include
+    directories, libraries to link)."""
     global compiler_runs
-    path = library_path(name, source, cache_dir)
+    path = library_path(name, source, cache_dir, extra_flags)
     if path is None:
         return None
     if not path.is_file():
@@ -80,7 +82,7 @@ def load_library(name: str, source: str, cache_dir: str) -> ctypes.CDLL | None:
             src, out = Path(tmp) / f"{name}.cpp", Path(tmp) / path.name
             src.write_text(source)
             compiler_runs += 1
-            done = subprocess.run([compiler_name(), *compile_flags(), str(src), "-o", str(out)],
+            done = subprocess.run([compiler_name(), *compile_flags(), str(src), "-o", str(out), *extra_flags],
                                   capture_output=True, text=True)
             if done.returncode != 0:
                 warnings.warn(f"ascendtile.cpu: building {name} failed, the reference path runs instead:\n"

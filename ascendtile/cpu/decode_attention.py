@@ -8,6 +8,13 @@ layer (9 / 3 heads, head dim 64, 32 sequences of 129-192 keys, bf16, 2 threads, 
 avx512_bf16, 2026-11-27), 30 layers' caches in turn: 519 µs against 834; at batch 1 23 against 45,
 most of it the op's host cost (bench/results/2026-11-27-cpu-decode-attention-kernel.md).
 
+`cpu_decode_attention(out, query, key_cache, value_cache, block_table, seqused_k, max_seqlen_k, scale,
+softcap, sliding_window)`: out [B, H, D] = attention of query [B, H, D] (row b: sequence b's new
+token) over key_cache / value_cache [num_blocks, block_size, KVH, D] through block_table
+[B, max_blocks] int32 and seqused_k [B] int32; fp32 math; softcap > 0 caps the scores
+(softcap · tanh(s / softcap)), sliding_window > 0 shows the last sliding_window keys. The op's body
+(its operand checks, which name the wrong argument, and the call) is C++ as well (dispatch.py).
+
 Head dims with a kernel: paged_operands.HEAD_DIMS; dtypes: fp32, bf16, fp16 (query, caches and out
 alike). What it shows equals the traceable form (unified_attention_decode_traceable) up to the order
 of fp32 sums: a key is visible where j < min(seqused_k[b], max_seqlen_k rounded up to a block), its
@@ -19,23 +26,32 @@ import ctypes
 
 import torch
 
-from ascendtile.cpu import paged_operands
+from ascendtile.cpu import dispatch, paged_operands
 from ascendtile.cpu.build import load_variants
 from ascendtile.cpu.decode_attention_source import SOURCE
-from ascendtile.cpu.paged_operands import supports
+from ascendtile.cpu.paged_operands import supports  # noqa: F401 (decompose.py asks it)
 
 _ARGTYPES = ([ctypes.c_void_p] * 6 + [ctypes.c_int64] * 15
              + [ctypes.c_float, ctypes.c_float, ctypes.c_int64, ctypes.c_int])
 _kernels: dict[tuple[torch.dtype, int], ctypes._CFuncPtr] = {}  # (dtype, head dim) -> entry point, once loaded
 
-calls = 0  # kernel launches in this process: what shows a decode graph runs on it
-
 
 def load(cache_dir: str, variants: list[tuple[torch.dtype, int]]) -> bool:
-    """Build (or load from cache_dir) the kernels for these (dtype, head dim) variants; False where
-    they cannot be built here."""
+    """Build (or load from cache_dir) the kernels for these (dtype, head dim) variants and the op's
+    C++ body (dispatch.py); False where they cannot be built here."""
     paged_operands.check_variants(variants)
-    return load_variants("decode_attention", SOURCE, cache_dir, _ARGTYPES, variants, _kernels)
+    if dispatch.library(cache_dir) is None or not load_variants("decode_attention", SOURCE, cache_dir, _ARGTYPES,
+                                                                 variants, _kernels):
+        return False
+    for variant in variants:
+        dispatch.register("cpu_decode_attention", variant, _kernels[variant])
+    return True
+
+
+def __getattr__(name: str) -> int:
+    if name == "calls":  # kernel launches in this process: what shows a decode graph runs on it
+        return dispatch.calls("cpu_decode_attention")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 _LIB = torch.library.Library("ascendtile", "FRAGMENT")  # the namespace's DEF: model/layers/expert_dispatch.py
@@ -44,44 +60,10 @@ _LIB.define("cpu_decode_attention(Tensor(a!) out, Tensor query, Tensor key_cache
             "int sliding_window) -> ()")
 
 
-def _explain(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-             block_table: torch.Tensor, seqused_k: torch.Tensor) -> None:
-    """Raise what is wrong with the arguments (cpu_decode_attention's quick check failed)."""
-    paged_operands.check("cpu_decode_attention", _kernels, out, query, key_cache, value_cache, block_table)
-    for name, t in (("block_table", block_table), ("seqused_k", seqused_k)):
-        if t.dtype != torch.int32 or t.dim() != 2 - (name == "seqused_k") or t.shape[0] != query.shape[0]:
-            raise ValueError(f"{name}: int32 with one row per query row, got {t.dtype} {tuple(t.shape)}")
-    raise ValueError("seqused_k: must be contiguous")
-
-
-def cpu_decode_attention(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor,
-                         value_cache: torch.Tensor, block_table: torch.Tensor, seqused_k: torch.Tensor,
-                         max_seqlen_k: int, scale: float, softcap: float, sliding_window: int) -> None:
-    """out [B, H, D] = attention of query [B, H, D] (row b: sequence b's new token) over key_cache /
-    value_cache [num_blocks, block_size, KVH, D] through block_table [B, max_blocks] int32 and
-    seqused_k [B] int32; fp32 / bf16 / fp16 throughout, fp32 math; softcap > 0 caps the scores
-    (softcap · tanh(s / softcap)), sliding_window > 0 shows the last sliding_window keys."""
-    global calls
-    dtype = query.dtype
-    # one expression on the hot path (a decode graph calls this once per layer and step); _explain
-    # says which argument is wrong
-    if not (supports(query, key_cache) and (dtype, query.shape[2]) in _kernels and out.dtype == dtype
-            and key_cache.dtype == dtype and value_cache.dtype == dtype and block_table.dtype == torch.int32
-            and seqused_k.dtype == torch.int32 and out.shape == query.shape and value_cache.shape == key_cache.shape
-            and value_cache.stride() == key_cache.stride() and out.stride(-1) == 1 and query.stride(-1) == 1
-            and key_cache.stride(-1) == 1 and block_table.dim() == 2 and block_table.stride(-1) == 1
-            and block_table.shape[0] == query.shape[0] and seqused_k.shape == (query.shape[0],)
-            and seqused_k.is_contiguous()):
-        _explain(out, query, key_cache, value_cache, block_table, seqused_k)
-    batch, heads, dim = query.shape
-    num_blocks, block_size, kv_heads = key_cache.shape[:3]
-    _kernels[dtype, dim](
-        out.data_ptr(), query.data_ptr(), key_cache.data_ptr(), value_cache.data_ptr(),
-        block_table.data_ptr(), seqused_k.data_ptr(), batch, heads, kv_heads, num_blocks, block_size,
-        block_table.shape[1], block_table.stride(0), -(-max_seqlen_k // block_size) * block_size, query.stride(0), query.stride(1),
-        out.stride(0), out.stride(1), key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
-        scale, softcap, sliding_window, torch.get_num_threads())
-    calls += 1
+def _not_loaded(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                block_table: torch.Tensor, seqused_k: torch.Tensor, max_seqlen_k: int, scale: float, softcap: float,
+                sliding_window: int) -> None:
+    raise RuntimeError("cpu_decode_attention: no kernel is loaded in this process (ascendtile.cpu.decode_attention.load)")
 
 
 def _cpu_decode_attention_fake(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor,
@@ -90,7 +72,8 @@ def _cpu_decode_attention_fake(out: torch.Tensor, query: torch.Tensor, key_cache
     return None
 
 
-_LIB.impl("cpu_decode_attention", cpu_decode_attention, "CPU")
+# The C++ body (dispatch.py) registers for CPU once loaded, which the dispatcher picks over this.
+_LIB.impl("cpu_decode_attention", _not_loaded, "CompositeExplicitAutograd")
 torch.library.register_fake("ascendtile::cpu_decode_attention", _cpu_decode_attention_fake, lib=_LIB)
 
 

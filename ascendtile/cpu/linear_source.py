@@ -14,6 +14,8 @@ rows, lost to oneDNN's bf16 dot products in some runs: bench/results/2026-11-28-
 
 from ascendtile.cpu.vector_source import PRELUDE
 
+MAX_ROWS = 2  # the most rows a product of the kernel takes (dispatch returns 1 for more)
+
 SOURCE = PRELUDE + r'''
 typedef _Float16 h8 __attribute__((vector_size(16)));
 

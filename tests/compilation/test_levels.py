@@ -10,7 +10,9 @@ import torch
 
 from ascendtile.compilation import CompilationConfig, CompiledModel, compile_model
 from ascendtile.compilation.backend import AscendBackend
+from ascendtile.compilation.config import default_cache_dir
 from ascendtile.cpu import decode_attention as cpu_decode_attention
+from ascendtile.cpu import dispatch
 from ascendtile.cpu import linear as cpu_linear
 from ascendtile.cpu import rotary_embedding as cpu_rotary_embedding
 from ascendtile.cpu import unified_attention as cpu_unified_attention
@@ -160,11 +162,10 @@ def test_level_2_decode_graph_takes_the_onednn_packs(tmp_path, monkeypatch):
     """fp32 weights packed for oneDNN (the size bound lowered so that the tiny model's pack too):
     the decode graph multiplies with one ascendtile::cpu_linear per linear, in place of the
     onednn_linear that traced, with its packed copy. Products of up to cpu_linear.MAX_ROWS rows (1
-    here) run the C++ kernel, more the packed product; the general graph keeps F.linear (Inductor
+    here: dispatch.set_linear_max_rows) run the C++ kernel, more the packed product; the general graph keeps F.linear (Inductor
     freezes and packs it at level 2). Logits equal eager's."""
     monkeypatch.setattr(linear_module, "ONEDNN_MIN_WEIGHT_ELEMENTS", 0)
     monkeypatch.setattr(linear_module, "cpu_vendor", lambda: "AuthenticAMD")
-    monkeypatch.setattr(cpu_linear, "MAX_ROWS", 1)
     model = load_model(tiny.save(tmp_path)).model
     compiled = compile_model(model, CompilationConfig(level=2, use_inductor=False, cpu_decode_graph=True))
     counts = _count_onednn_linears(monkeypatch)
@@ -172,7 +173,12 @@ def test_level_2_decode_graph_takes_the_onednn_packs(tmp_path, monkeypatch):
     pointwise, calls = torch.ops.mkldnn._linear_pointwise, []
     monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", lambda *a: calls.append(a[0].shape) or pointwise(*a))
     kernel_calls = cpu_linear.calls
-    got = tiny.run_steps(model, compiled)
+    assert cpu_linear.load(default_cache_dir(), [torch.float32])
+    dispatch.set_linear_max_rows(1)
+    try:
+        got = tiny.run_steps(model, compiled)
+    finally:
+        dispatch.set_linear_max_rows(cpu_linear.MAX_ROWS)
     linears = 4 * tiny.CONFIG.num_hidden_layers
     assert counts == {"general": [0], "decode": [linears]}
     # the LM head (eager compute_logits) in each of the 4 steps, every linear of the decode step of 2

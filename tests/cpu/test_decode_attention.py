@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from ascendtile.compilation.config import default_cache_dir
-from ascendtile.cpu import build
+from ascendtile.cpu import build, dispatch
 from ascendtile.cpu import decode_attention as cda
 from ascendtile.cpu.paged_operands import HEAD_DIMS
 from ascendtile.ops.reference.attention_unified import unified_attention_decode_traceable
@@ -100,7 +100,8 @@ def test_bad_inputs_name_the_argument(change, match):
     args = dict(out=torch.empty_like(query), query=query, key_cache=kc, value_cache=vc, block_table=table,
                 seqused_k=seqused)
     with pytest.raises(ValueError, match=match):
-        cda.cpu_decode_attention(**change(args), max_seqlen_k=9, scale=0.2, softcap=0.0, sliding_window=0)
+        torch.ops.ascendtile.cpu_decode_attention(**change(args), max_seqlen_k=9, scale=0.2, softcap=0.0,
+                                                  sliding_window=0)
 
 
 def test_variants_are_built_when_asked_for_once_per_cache_dir(tmp_path, monkeypatch):
@@ -128,11 +129,15 @@ def test_variants_are_built_when_asked_for_once_per_cache_dir(tmp_path, monkeypa
     assert build.library_path("decode_attention", cda.SOURCE, where) != path
 
 
-def test_not_loaded_says_so(monkeypatch):
-    monkeypatch.setattr(cda, "_kernels", {key: k for key, k in cda._kernels.items() if key != (torch.bfloat16, 64)})
+def test_not_loaded_says_so():
+    """A variant taken out of the op's table (dispatch.register with None) is named as not loaded."""
     query, kc, vc, table, _, seqused = make_paged_batch([1, 1], [5, 9], 4, 2, 64, 16, torch.bfloat16)
-    with pytest.raises(RuntimeError, match="^cpu_decode_attention: the kernel is not loaded for torch.bfloat16 and head dim 64"):
-        cda.cpu_decode_attention(torch.empty_like(query), query, kc, vc, table, seqused, 9, 0.2, 0.0, 0)
+    dispatch.register("cpu_decode_attention", (torch.bfloat16, 64), None)
+    try:
+        with pytest.raises(RuntimeError, match="^cpu_decode_attention: the kernel is not loaded for torch.bfloat16 and head dim 64"):
+            torch.ops.ascendtile.cpu_decode_attention(torch.empty_like(query), query, kc, vc, table, seqused, 9, 0.2, 0.0, 0)
+    finally:
+        dispatch.register("cpu_decode_attention", (torch.bfloat16, 64), cda._kernels[torch.bfloat16, 64])
 
 
 def test_without_a_compiler_the_reference_path_stays(tmp_path, monkeypatch):

@@ -10,6 +10,7 @@ from torch import fx
 
 from ascendtile.compilation.config import default_cache_dir
 from ascendtile.compilation.decompose import decompose_to_references
+from ascendtile.cpu import dispatch
 from ascendtile.cpu import linear as cl
 from ascendtile.cpu.build import DTYPES
 from ascendtile.model.layers import linear as model_linear
@@ -95,14 +96,19 @@ def test_no_rows_give_an_empty_product():
 def test_bad_inputs_name_the_argument(change, match):
     args = dict(x=torch.randn(2, 48), weight=torch.randn(48, 48)[:8], packed=None, bias=torch.randn(8))
     with pytest.raises(ValueError, match=match):
-        cl.cpu_linear(**change(args))
+        torch.ops.ascendtile.cpu_linear(**change(args))
 
 
-def test_not_loaded_says_so(monkeypatch):
-    monkeypatch.setattr(cl, "_kernels", {key: k for key, k in cl._kernels.items() if key != (torch.bfloat16,)})
-    cl.cpu_linear(torch.randn(1, 16), torch.randn(4, 16), None, None)
-    with pytest.raises(RuntimeError, match="^cpu_linear: the kernel is not loaded for torch.bfloat16"):
-        cl.cpu_linear(torch.randn(1, 16).bfloat16(), torch.randn(4, 16).bfloat16(), None, None)
+def test_not_loaded_says_so():
+    """A dtype taken out of the op's table (dispatch.register with None) is named as not loaded;
+    the others still run."""
+    dispatch.register("cpu_linear", (torch.bfloat16,), None)
+    try:
+        torch.ops.ascendtile.cpu_linear(torch.randn(1, 16), torch.randn(4, 16), None, None)
+        with pytest.raises(RuntimeError, match="^cpu_linear: the kernel is not loaded for torch.bfloat16"):
+            torch.ops.ascendtile.cpu_linear(torch.randn(1, 16).bfloat16(), torch.randn(4, 16).bfloat16(), None, None)
+    finally:
+        dispatch.register("cpu_linear", (torch.bfloat16,), cl._kernels[torch.bfloat16,])
     with pytest.raises(ValueError, match=r"^variants: no kernel for the dtypes \['torch.float64'\]"):
         cl.load(default_cache_dir(), [torch.float64])
 

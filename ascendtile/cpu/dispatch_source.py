@@ -1,0 +1,195 @@
+"""The C++ source of the CPU kernels' op bodies (dispatch.py): `cpu_decode_attention` and `cpu_linear`
+check their operands, pick the kernel variant for them from a table that dispatch.register fills,
+and call it, all inside torch's dispatcher. Each check fails with the error the Python checks gave
+(the argument named, torch's dtype and shape spelling), as ValueError, or RuntimeError for a
+variant not loaded. `@HEAD_DIMS@`, `@DTYPES@` and `@LINEAR_MAX_ROWS@` are filled in from
+paged_operands.HEAD_DIMS, build.DTYPES and linear_source.MAX_ROWS; the kernel tables are indexed by build.DTYPES' order, which
+`ascendtile_dtype_index` gives Python by name."""
+
+SOURCE = r'''
+#include <atomic>
+#include <cstring>
+#include <optional>
+#include <sstream>
+#include <string>
+
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/linear.h>
+#include <c10/util/Exception.h>
+#include <torch/library.h>
+
+namespace {
+
+constexpr at::ScalarType DTYPES[] = {at::kFloat, at::kBFloat16, at::kHalf};  // build.DTYPES' order
+constexpr int64_t HEAD_DIMS[] = {@HEAD_DIMS@};
+constexpr int64_t MAX_HEAD_DIM = 256;
+
+using DecodeFn = int (*)(void*, const void*, const void*, const void*, const void*, const void*, int64_t, int64_t,
+                         int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                         int64_t, int64_t, int64_t, float, float, int64_t, int);
+using LinearFn = int (*)(void*, const void*, const void*, const void*, int64_t, int64_t, int64_t, int64_t, int64_t,
+                         int64_t, int);
+
+std::atomic<DecodeFn> decode_kernels[3][MAX_HEAD_DIM + 1];
+std::atomic<LinearFn> linear_kernels[3];
+std::atomic<int64_t> decode_calls{0}, linear_calls{0};
+std::atomic<int64_t> linear_max_rows{@LINEAR_MAX_ROWS@};  // more rows: oneDNN or aten
+
+int dtype_index(at::ScalarType t) {
+  for (int i = 0; i < 3; ++i) if (DTYPES[i] == t) return i;
+  return -1;
+}
+
+// torch's Python spelling, as the errors of the Python checks gave it
+std::string dtype_name(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return "torch.float32";
+    case at::kDouble: return "torch.float64";
+    case at::kHalf: return "torch.float16";
+    case at::kBFloat16: return "torch.bfloat16";
+    case at::kInt: return "torch.int32";
+    case at::kLong: return "torch.int64";
+    default: return std::string("torch.") + c10::toString(t);
+  }
+}
+
+std::string tuple(at::IntArrayRef sizes) {
+  std::ostringstream s;
+  s << "(";
+  for (size_t i = 0; i < sizes.size(); ++i) s << (i ? ", " : "") << sizes[i];
+  s << (sizes.size() == 1 ? ",)" : ")");
+  return s.str();
+}
+
+bool served_head_dim(int64_t d) {
+  for (int64_t h : HEAD_DIMS) if (h == d) return true;
+  return false;
+}
+
+// paged_operands.supports
+bool attention_served(const at::Tensor& query, const at::Tensor& key_cache) {
+  return query.is_cpu() && dtype_index(query.scalar_type()) >= 0 && key_cache.scalar_type() == query.scalar_type()
+      && query.dim() == 3 && served_head_dim(query.size(2)) && key_cache.dim() == 4
+      && key_cache.size(3) == query.size(2) && query.size(1) % key_cache.size(2) == 0;
+}
+
+void cpu_decode_attention(const at::Tensor& out, const at::Tensor& query, const at::Tensor& key_cache,
+                          const at::Tensor& value_cache, const at::Tensor& block_table, const at::Tensor& seqused_k,
+                          int64_t max_seqlen_k, double scale, double softcap, int64_t sliding_window) {
+  const auto dtype = query.scalar_type();
+  TORCH_CHECK_VALUE(attention_served(query, key_cache), "query / key_cache: no kernel for ", dtype_name(dtype), " ",
+                    tuple(query.sizes()), " over ", dtype_name(key_cache.scalar_type()), " ",
+                    tuple(key_cache.sizes()), " (head dims (@HEAD_DIMS@))");
+  const int64_t dim = query.size(2);
+  const DecodeFn kernel = decode_kernels[dtype_index(dtype)][dim].load();
+  TORCH_CHECK(kernel, "cpu_decode_attention: the kernel is not loaded for ", dtype_name(dtype), " and head dim ", dim,
+              " (ascendtile.cpu.decode_attention.load)");
+  TORCH_CHECK_VALUE(out.scalar_type() == dtype, "out: dtype ", dtype_name(out.scalar_type()), ", expected the query's ",
+                    dtype_name(dtype));
+  TORCH_CHECK_VALUE(value_cache.scalar_type() == dtype, "value_cache: dtype ", dtype_name(value_cache.scalar_type()),
+                    ", expected the query's ", dtype_name(dtype));
+  TORCH_CHECK_VALUE(out.sizes() == query.sizes() && value_cache.sizes() == key_cache.sizes()
+                    && value_cache.strides() == key_cache.strides(),
+                    "out / value_cache: shapes (and the caches' strides) must match query's and key_cache's");
+  TORCH_CHECK_VALUE(out.stride(2) == 1, "out: the last dim must be contiguous");
+  TORCH_CHECK_VALUE(query.stride(2) == 1, "query: the last dim must be contiguous");
+  TORCH_CHECK_VALUE(key_cache.stride(3) == 1, "key_cache: the last dim must be contiguous");
+  const int64_t batch = query.size(0);
+  TORCH_CHECK_VALUE(block_table.scalar_type() == at::kInt && block_table.dim() == 2 && block_table.size(0) == batch,
+                    "block_table: int32 with one row per query row, got ", dtype_name(block_table.scalar_type()), " ",
+                    tuple(block_table.sizes()));
+  TORCH_CHECK_VALUE(block_table.stride(1) == 1, "block_table: the last dim must be contiguous");
+  TORCH_CHECK_VALUE(seqused_k.scalar_type() == at::kInt && seqused_k.dim() == 1 && seqused_k.size(0) == batch,
+                    "seqused_k: int32 with one row per query row, got ", dtype_name(seqused_k.scalar_type()), " ",
+                    tuple(seqused_k.sizes()));
+  TORCH_CHECK_VALUE(seqused_k.is_contiguous(), "seqused_k: must be contiguous");
+  const int64_t block_size = key_cache.size(1);
+  kernel(out.data_ptr(), query.data_ptr(), key_cache.data_ptr(), value_cache.data_ptr(), block_table.data_ptr(),
+         seqused_k.data_ptr(), batch, query.size(1), key_cache.size(2), key_cache.size(0), block_size,
+         block_table.size(1), block_table.stride(0), (max_seqlen_k + block_size - 1) / block_size * block_size,
+         query.stride(0), query.stride(1), out.stride(0), out.stride(1), key_cache.stride(0), key_cache.stride(1),
+         key_cache.stride(2), float(scale), float(softcap), sliding_window, at::get_num_threads());
+  decode_calls++;
+}
+
+// linear.supports
+bool linear_served(const at::Tensor& weight) {
+  return weight.is_cpu() && dtype_index(weight.scalar_type()) >= 0 && weight.dim() == 2 && weight.size(1) % 16 == 0
+      && weight.stride(1) == 1;
+}
+
+at::Tensor cpu_linear(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& packed,
+                      const std::optional<at::Tensor>& bias) {
+  int64_t rows = 1;
+  for (int64_t i = 0; i + 1 < x.dim(); ++i) rows *= x.size(i);
+  if (x.dim() == 0 || rows > linear_max_rows.load()) {
+    if (packed) {  // onednn_linear's own choice between the packed copy and aten (model/layers/linear.py)
+      static const auto onednn_linear = c10::Dispatcher::singleton()
+          .findSchemaOrThrow("ascendtile::onednn_linear", "")
+          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&)>();
+      return onednn_linear.call(x, weight, *packed, bias);
+    }
+    return at::linear(x, weight, bias);
+  }
+  const auto dtype = weight.scalar_type();
+  TORCH_CHECK_VALUE(linear_served(weight), "weight: no kernel for ", dtype_name(dtype), " ", tuple(weight.sizes()),
+                    " with strides ", tuple(weight.strides()),
+                    " (2-D, rows contiguous, the input dim a multiple of 16; dtypes (@DTYPES@))");
+  const LinearFn kernel = linear_kernels[dtype_index(dtype)].load();
+  TORCH_CHECK(kernel, "cpu_linear: the kernel is not loaded for ", dtype_name(dtype), " (ascendtile.cpu.linear.load)");
+  const int64_t n = weight.size(0), k = weight.size(1);
+  TORCH_CHECK_VALUE(x.scalar_type() == dtype && x.size(-1) == k, "x: ", dtype_name(x.scalar_type()), " ",
+                    tuple(x.sizes()), " does not fit weight ", dtype_name(dtype), " ", tuple(weight.sizes()));
+  TORCH_CHECK_VALUE(!bias || (bias->scalar_type() == dtype && bias->dim() == 1 && bias->size(0) == n
+                              && bias->is_contiguous()),
+                    "bias: expected ", dtype_name(dtype), " (", n, ",), got ",
+                    dtype_name(bias->scalar_type()), " ", tuple(bias->sizes()));
+  at::Tensor flat = x.dim() == 2 ? x : x.reshape({rows, k});
+  if (flat.stride(1) != 1) flat = flat.contiguous();
+  at::Tensor out = at::empty({rows, n}, x.options());
+  const int status = kernel(out.data_ptr(), flat.data_ptr(), weight.data_ptr(), bias ? bias->data_ptr() : nullptr,
+                            rows, n, k, flat.stride(0), weight.stride(0), out.stride(0), at::get_num_threads());
+  TORCH_INTERNAL_ASSERT(status == 0, "cpu_linear: no kernel for ", rows, " rows of ", k);  // ruled out above
+  linear_calls++;
+  if (x.dim() == 2) return out;
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end() - 1);
+  shape.push_back(n);
+  return out.view(shape);
+}
+
+}  // namespace
+
+extern "C" int ascendtile_dtype_index(const char* name) {
+  for (int i = 0; i < 3; ++i) if (dtype_name(DTYPES[i]) == name) return i;
+  return -1;
+}
+
+extern "C" void ascendtile_set_decode_attention(int dtype, int64_t head_dim, void* kernel) {
+  decode_kernels[dtype][head_dim] = reinterpret_cast<DecodeFn>(kernel);
+}
+
+extern "C" void ascendtile_set_linear(int dtype, void* kernel) {
+  linear_kernels[dtype] = reinterpret_cast<LinearFn>(kernel);
+}
+
+extern "C" void ascendtile_set_linear_max_rows(int64_t rows) { linear_max_rows = rows; }
+
+extern "C" int64_t ascendtile_calls(const char* op) {
+  if (std::strcmp(op, "cpu_decode_attention") == 0) return decode_calls.load();
+  if (std::strcmp(op, "cpu_linear") == 0) return linear_calls.load();
+  return -1;
+}
+
+TORCH_LIBRARY_IMPL(ascendtile, CPU, m) {
+  m.impl("cpu_decode_attention", &cpu_decode_attention);
+  m.impl("cpu_linear", &cpu_linear);
+}
+
+// a oneDNN-packed weight is an MkldnnCPU tensor, whose key the dispatcher picks over CPU
+TORCH_LIBRARY_IMPL(ascendtile, MkldnnCPU, m) {
+  m.impl("cpu_linear", &cpu_linear);
+}
+'''

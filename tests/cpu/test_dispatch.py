@@ -1,0 +1,70 @@
+"""The ops' C++ bodies (ascendtile/cpu/dispatch.py): registered for the dispatch keys the graphs'
+calls take, loaded once per process, and the table and row-bound setters refusing what they cannot
+serve. What each body computes and how it fails on bad operands: test_decode_attention.py,
+test_linear.py."""
+import pytest
+import torch
+
+from ascendtile.compilation.config import default_cache_dir
+from ascendtile.cpu import build, dispatch
+from ascendtile.cpu import decode_attention as cda
+from ascendtile.cpu import linear as cl
+
+
+@pytest.fixture(scope="module", autouse=True)
+def kernels():
+    assert cl.load(default_cache_dir(), [torch.float32]) and cda.load(default_cache_dir(), [(torch.float32, 64)])
+
+
+@pytest.mark.parametrize("op, key", [("cpu_decode_attention", "CPU"), ("cpu_linear", "CPU"), ("cpu_linear", "MkldnnCPU")])
+def test_the_bodies_are_registered_in_cpp(op, key):
+    """The dispatcher holds a kernel for the key itself, beside the Python fallback (which is
+    CompositeExplicitAutograd; an op with only that has none for the key)."""
+    assert torch._C._dispatch_has_kernel_for_dispatch_key(f"ascendtile::{op}", key)
+    assert torch._C._dispatch_has_kernel_for_dispatch_key(f"ascendtile::{op}", "CompositeExplicitAutograd")
+    assert not torch._C._dispatch_has_kernel_for_dispatch_key("ascendtile::onednn_linear", key)
+
+
+def test_a_packed_weight_reaches_the_cpp_body():
+    """A oneDNN-packed weight makes the call MkldnnCPU: the C++ body takes it, and its rows past the
+    bound go to the packed product."""
+    x, weight = torch.randn(5, 64), torch.randn(32, 64)
+    packed = torch.ops.mkldnn._reorder_linear_weight(weight, 8)
+    calls = cl.calls
+    out = torch.ops.ascendtile.cpu_linear(x, weight, packed, None)
+    assert cl.calls == calls
+    assert torch.equal(out, torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], ""))
+    torch.ops.ascendtile.cpu_linear(x[:1], weight, packed, None)
+    assert cl.calls == calls + 1
+
+
+def test_loaded_once_per_process(tmp_path):
+    """Another cache_dir gets the library already loaded: nothing is built, the tables stay."""
+    runs, library = build.compiler_runs, dispatch.library(default_cache_dir())
+    assert dispatch.library(str(tmp_path)) is library and build.compiler_runs == runs
+    assert not (tmp_path / "cpu").exists()
+
+
+def test_setters_refuse_what_they_cannot_serve():
+    with pytest.raises(ValueError, match="^op: no C.. body for 'cpu_rotary_embedding'"):
+        dispatch.register("cpu_rotary_embedding", (torch.float32,), None)
+    with pytest.raises(ValueError, match="^rows: at most the kernel's 2, got 3"):
+        dispatch.set_linear_max_rows(3)
+    dispatch.set_linear_max_rows(0)  # every product goes to aten
+    try:
+        calls = cl.calls
+        x, weight = torch.randn(1, 16), torch.randn(4, 16)
+        assert torch.equal(torch.ops.ascendtile.cpu_linear(x, weight, None, None), torch.nn.functional.linear(x, weight))
+        assert cl.calls == calls
+    finally:
+        dispatch.set_linear_max_rows(cl.MAX_ROWS)
+
+
+def test_without_the_library_the_ops_are_not_loaded(tmp_path, monkeypatch):
+    """Where the library does not build (a compiler that fails, in a process that has not loaded
+    it), an op's load says False, so the graphs keep the reference path."""
+    monkeypatch.setattr(dispatch, "_library", None)
+    monkeypatch.setenv("CXX", "false")
+    with pytest.warns(RuntimeWarning, match="building dispatch failed"):
+        assert not cl.load(str(tmp_path), [torch.float32])
+    assert dispatch.calls("cpu_linear") == 0  # no library: no counter
