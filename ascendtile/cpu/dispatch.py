@@ -1,9 +1,10 @@
-"""The bodies of `torch.ops.ascendtile.cpu_decode_attention` and `cpu_linear` in C++
-(dispatch_source.py), registered with torch's dispatcher when the library loads, so a call goes
-from the dispatcher to the kernel without Python. Through Python (checks, ctypes) a decode
+"""The bodies of the CPU kernels' ops (`torch.ops.ascendtile.cpu_decode_attention`,
+`cpu_unified_attention`, `cpu_linear`, `cpu_rotary_embedding`) in C++ (dispatch_source.py),
+registered with torch's dispatcher when the library loads, so a call goes from the dispatcher to
+the kernel without Python. Through Python (checks, ctypes) a decode
 attention call took 40 µs where its kernel took 19; through this library 17 (AMD EPYC, AVX2, 1
-thread, 1 sequence of 100 keys, 2026-11-28). A decode graph calls these ops 151 times a SmolLM2
-step.
+thread, 1 sequence of 100 keys, 2026-11-28). A decode graph calls two of them 151 times a
+SmolLM2 step, a general graph the other two 60 times.
 
 The kernels stay in their own libraries (build.load_variants, no torch headers: ~1.4 s a build);
 this one includes torch's headers and links its libraries (~10 s), so it is built once per cache
@@ -47,7 +48,9 @@ def library(cache_dir: str) -> ctypes.CDLL | None:
         if _library is not None:
             _library.ascendtile_dtype_index.argtypes = [ctypes.c_char_p]
             _library.ascendtile_set_decode_attention.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_void_p]
+            _library.ascendtile_set_unified_attention.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_void_p]
             _library.ascendtile_set_linear.argtypes = [ctypes.c_int, ctypes.c_void_p]
+            _library.ascendtile_set_rotary_embedding.argtypes = [ctypes.c_int, ctypes.c_void_p]
             _library.ascendtile_set_linear_max_rows.argtypes = [ctypes.c_int64]
             _library.ascendtile_calls.argtypes, _library.ascendtile_calls.restype = [ctypes.c_char_p], ctypes.c_int64
     return _library
@@ -58,10 +61,10 @@ def register(op: str, variant: tuple, kernel: ctypes._CFuncPtr | None) -> None:
     None takes the variant out again."""
     dtype = _library.ascendtile_dtype_index(str(variant[0]).encode())
     pointer = None if kernel is None else ctypes.cast(kernel, ctypes.c_void_p)
-    if op == "cpu_decode_attention":
-        _library.ascendtile_set_decode_attention(dtype, variant[1], pointer)
-    elif op == "cpu_linear":
-        _library.ascendtile_set_linear(dtype, pointer)
+    if op in ("cpu_decode_attention", "cpu_unified_attention"):  # (dtype, head dim)
+        getattr(_library, f"ascendtile_set_{op.removeprefix('cpu_')}")(dtype, variant[1], pointer)
+    elif op in ("cpu_linear", "cpu_rotary_embedding"):  # (dtype,)
+        getattr(_library, f"ascendtile_set_{op.removeprefix('cpu_')}")(dtype, pointer)
     else:
         raise ValueError(f"op: no C++ body for {op!r}")
 

@@ -1,10 +1,11 @@
-"""The C++ source of the CPU kernels' op bodies (dispatch.py): `cpu_decode_attention` and `cpu_linear`
-check their operands, pick the kernel variant for them from a table that dispatch.register fills,
-and call it, all inside torch's dispatcher. Each check fails with the error the Python checks gave
-(the argument named, torch's dtype and shape spelling), as ValueError, or RuntimeError for a
-variant not loaded. `@HEAD_DIMS@`, `@DTYPES@` and `@LINEAR_MAX_ROWS@` are filled in from
-paged_operands.HEAD_DIMS, build.DTYPES and linear_source.MAX_ROWS; the kernel tables are indexed by build.DTYPES' order, which
-`ascendtile_dtype_index` gives Python by name."""
+"""The C++ source of the CPU kernels' op bodies (dispatch.py): `cpu_decode_attention`,
+`cpu_unified_attention`, `cpu_linear` and `cpu_rotary_embedding` check their operands, pick the
+kernel variant for them from a table that dispatch.register fills, and call it, all inside torch's
+dispatcher. A failed check names the argument in torch's dtype and shape spelling, as ValueError,
+or as RuntimeError for a variant not loaded. `@HEAD_DIMS@`, `@DTYPES@` and `@LINEAR_MAX_ROWS@` are
+filled in from paged_operands.HEAD_DIMS, build.DTYPES and linear_source.MAX_ROWS; the kernel
+tables are indexed in build.DTYPES' order, which `ascendtile_dtype_index` gives Python by name
+(a rope cache's dtype code is that index too)."""
 
 SOURCE = r'''
 #include <atomic>
@@ -12,6 +13,8 @@ SOURCE = r'''
 #include <optional>
 #include <sstream>
 #include <string>
+#include <tuple>
+#include <utility>
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
@@ -30,12 +33,19 @@ constexpr int64_t MAX_HEAD_DIM = 256;
 using DecodeFn = int (*)(void*, const void*, const void*, const void*, const void*, const void*, int64_t, int64_t,
                          int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
                          int64_t, int64_t, int64_t, float, float, int64_t, int);
+using UnifiedFn = int (*)(void*, const void*, const void*, const void*, const void*, const void*, const void*, int64_t,
+                          int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                          int64_t, int64_t, int64_t, int64_t, float, float, int64_t, int);
 using LinearFn = int (*)(void*, const void*, const void*, const void*, int64_t, int64_t, int64_t, int64_t, int64_t,
                          int64_t, int);
+using RopeFn = int (*)(const void*, int, void*, int64_t, int64_t, int64_t, void*, int64_t, int64_t, int64_t, const void*,
+                       int, int64_t, int64_t, int, int64_t, int, int64_t, int);
 
 std::atomic<DecodeFn> decode_kernels[3][MAX_HEAD_DIM + 1];
+std::atomic<UnifiedFn> unified_kernels[3][MAX_HEAD_DIM + 1];
 std::atomic<LinearFn> linear_kernels[3];
-std::atomic<int64_t> decode_calls{0}, linear_calls{0};
+std::atomic<RopeFn> rope_kernels[3];
+std::atomic<int64_t> decode_calls{0}, unified_calls{0}, linear_calls{0}, rope_calls{0};
 std::atomic<int64_t> linear_max_rows{@LINEAR_MAX_ROWS@};  // more rows: oneDNN or aten
 
 int dtype_index(at::ScalarType t) {
@@ -69,24 +79,24 @@ bool served_head_dim(int64_t d) {
   return false;
 }
 
-// paged_operands.supports
 bool attention_served(const at::Tensor& query, const at::Tensor& key_cache) {
   return query.is_cpu() && dtype_index(query.scalar_type()) >= 0 && key_cache.scalar_type() == query.scalar_type()
       && query.dim() == 3 && served_head_dim(query.size(2)) && key_cache.dim() == 4
       && key_cache.size(3) == query.size(2) && query.size(1) % key_cache.size(2) == 0;
 }
 
-void cpu_decode_attention(const at::Tensor& out, const at::Tensor& query, const at::Tensor& key_cache,
-                          const at::Tensor& value_cache, const at::Tensor& block_table, const at::Tensor& seqused_k,
-                          int64_t max_seqlen_k, double scale, double softcap, int64_t sliding_window) {
+// What both attention ops take alike: query rows [N, H, D] over paged caches [num_blocks, block_size,
+// KVH, D] of one float dtype, a head dim with a loaded kernel (in `table`); the entry point.
+template <typename Fn>
+Fn check_paged(const char* op, const char* module, std::atomic<Fn> (&table)[3][MAX_HEAD_DIM + 1], const at::Tensor& out,
+               const at::Tensor& query, const at::Tensor& key_cache, const at::Tensor& value_cache) {
   const auto dtype = query.scalar_type();
   TORCH_CHECK_VALUE(attention_served(query, key_cache), "query / key_cache: no kernel for ", dtype_name(dtype), " ",
                     tuple(query.sizes()), " over ", dtype_name(key_cache.scalar_type()), " ",
                     tuple(key_cache.sizes()), " (head dims (@HEAD_DIMS@))");
-  const int64_t dim = query.size(2);
-  const DecodeFn kernel = decode_kernels[dtype_index(dtype)][dim].load();
-  TORCH_CHECK(kernel, "cpu_decode_attention: the kernel is not loaded for ", dtype_name(dtype), " and head dim ", dim,
-              " (ascendtile.cpu.decode_attention.load)");
+  const Fn kernel = table[dtype_index(dtype)][query.size(2)].load();
+  TORCH_CHECK(kernel, op, ": the kernel is not loaded for ", dtype_name(dtype), " and head dim ", query.size(2),
+              " (ascendtile.cpu.", module, ".load)");
   TORCH_CHECK_VALUE(out.scalar_type() == dtype, "out: dtype ", dtype_name(out.scalar_type()), ", expected the query's ",
                     dtype_name(dtype));
   TORCH_CHECK_VALUE(value_cache.scalar_type() == dtype, "value_cache: dtype ", dtype_name(value_cache.scalar_type()),
@@ -97,6 +107,14 @@ void cpu_decode_attention(const at::Tensor& out, const at::Tensor& query, const 
   TORCH_CHECK_VALUE(out.stride(2) == 1, "out: the last dim must be contiguous");
   TORCH_CHECK_VALUE(query.stride(2) == 1, "query: the last dim must be contiguous");
   TORCH_CHECK_VALUE(key_cache.stride(3) == 1, "key_cache: the last dim must be contiguous");
+  return kernel;
+}
+
+void cpu_decode_attention(const at::Tensor& out, const at::Tensor& query, const at::Tensor& key_cache,
+                          const at::Tensor& value_cache, const at::Tensor& block_table, const at::Tensor& seqused_k,
+                          int64_t max_seqlen_k, double scale, double softcap, int64_t sliding_window) {
+  const DecodeFn kernel = check_paged("cpu_decode_attention", "decode_attention", decode_kernels, out, query, key_cache,
+                                      value_cache);
   const int64_t batch = query.size(0);
   TORCH_CHECK_VALUE(block_table.scalar_type() == at::kInt && block_table.dim() == 2 && block_table.size(0) == batch,
                     "block_table: int32 with one row per query row, got ", dtype_name(block_table.scalar_type()), " ",
@@ -113,6 +131,39 @@ void cpu_decode_attention(const at::Tensor& out, const at::Tensor& query, const 
          query.stride(0), query.stride(1), out.stride(0), out.stride(1), key_cache.stride(0), key_cache.stride(1),
          key_cache.stride(2), float(scale), float(softcap), sliding_window, at::get_num_threads());
   decode_calls++;
+}
+
+void cpu_unified_attention(const at::Tensor& out, const at::Tensor& query, const at::Tensor& key_cache,
+                           const at::Tensor& value_cache, const at::Tensor& block_table, const at::Tensor& cu_seqlens_q,
+                           const at::Tensor& seqused_k, double scale, double softcap, int64_t sliding_window) {
+  const UnifiedFn kernel = check_paged("cpu_unified_attention", "unified_attention", unified_kernels, out, query,
+                                       key_cache, value_cache);
+  const int64_t num_seqs = seqused_k.dim() == 1 ? seqused_k.size(0) : -1;
+  const std::pair<const char*, const at::Tensor*> rows[] = {
+      {"block_table", &block_table}, {"seqused_k", &seqused_k}, {"cu_seqlens_q", &cu_seqlens_q}};
+  for (const auto& [name, t] : rows) {
+    const bool cu = std::strcmp(name, "cu_seqlens_q") == 0, table = std::strcmp(name, "block_table") == 0;
+    TORCH_CHECK_VALUE(t->scalar_type() == at::kInt && t->dim() == 1 + table && t->size(0) == num_seqs + cu, name,
+                      ": int32, ", num_seqs + cu, " rows for ", num_seqs, " sequences, got ",
+                      dtype_name(t->scalar_type()), " ", tuple(t->sizes()));
+  }
+  TORCH_CHECK_VALUE(block_table.stride(1) == 1, "block_table: the last dim must be contiguous");
+  TORCH_CHECK_VALUE(cu_seqlens_q.is_contiguous(), "cu_seqlens_q: must be contiguous");
+  TORCH_CHECK_VALUE(seqused_k.is_contiguous(), "seqused_k: must be contiguous");
+  const int status = kernel(
+      out.data_ptr(), query.data_ptr(), key_cache.data_ptr(), value_cache.data_ptr(), block_table.data_ptr(),
+      cu_seqlens_q.data_ptr(), seqused_k.data_ptr(), num_seqs, query.size(0), query.size(1), key_cache.size(2),
+      key_cache.size(0), key_cache.size(1), block_table.size(1), block_table.stride(0), query.stride(0),
+      query.stride(1), out.stride(0), out.stride(1), key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
+      float(scale), float(softcap), sliding_window, at::get_num_threads());
+  if (status == 2) {  // the kernel read cu_seqlens_q's values out of order (no host read here before)
+    std::ostringstream values;
+    const int32_t* cu = cu_seqlens_q.data_ptr<int32_t>();
+    for (int64_t i = 0; i <= num_seqs; ++i) values << (i ? ", " : "[") << cu[i];
+    TORCH_CHECK_VALUE(false, "cu_seqlens_q: must start at 0, never decrease and end at query's ", query.size(0),
+                      " rows, got ", values.str(), "]");
+  }
+  unified_calls++;
 }
 
 // linear.supports
@@ -160,6 +211,49 @@ at::Tensor cpu_linear(const at::Tensor& x, const at::Tensor& weight, const std::
   return out.view(shape);
 }
 
+// query / key [T, H, D] or [T, H * D] as (heads, token stride, head stride), checked
+std::tuple<int64_t, int64_t, int64_t> rope_heads(const char* name, const at::Tensor& x, int64_t head_size,
+                                                 int64_t tokens) {
+  const bool flat = x.dim() == 2 && head_size > 0 && x.size(1) % head_size == 0;
+  const bool fits = flat ? x.size(0) == tokens && x.stride(1) == 1
+                         : x.dim() == 3 && x.size(0) == tokens && x.size(2) == head_size && x.stride(2) == 1;
+  TORCH_CHECK_VALUE(fits, name, ": expected [", tokens, ", H, ", head_size, "] or [", tokens, ", H * ", head_size,
+                    "] with its last dim contiguous, got ", tuple(x.sizes()), " (strides ", tuple(x.strides()), ")");
+  return flat ? std::make_tuple(x.size(1) / head_size, x.stride(0), head_size)
+              : std::make_tuple(x.size(1), x.stride(0), x.stride(1));
+}
+
+void cpu_rotary_embedding(const at::Tensor& positions, const at::Tensor& query, const std::optional<at::Tensor>& key,
+                          int64_t head_size, const at::Tensor& cos_sin_cache, bool is_neox, int64_t rope_dim_offset,
+                          bool inverse) {
+  TORCH_CHECK_VALUE((positions.scalar_type() == at::kInt || positions.scalar_type() == at::kLong)
+                    && positions.dim() == 1 && positions.is_contiguous(),
+                    "positions: contiguous int32 / int64 [T], got ", dtype_name(positions.scalar_type()), " ",
+                    tuple(positions.sizes()));
+  const int64_t tokens = positions.size(0);
+  const auto [q_heads, q_st, q_sh] = rope_heads("query", query, head_size, tokens);
+  int64_t k_heads = 0, k_st = 0, k_sh = 0;
+  if (key) std::tie(k_heads, k_st, k_sh) = rope_heads("key", *key, head_size, tokens);
+  const auto dtype = query.scalar_type();
+  TORCH_CHECK_VALUE(dtype_index(dtype) >= 0 && (!key || key->scalar_type() == dtype),
+                    "query / key: fp32, bf16 or fp16 alike, got ", dtype_name(dtype), " and ",
+                    key ? dtype_name(key->scalar_type()) : std::string("None"));
+  const RopeFn kernel = rope_kernels[dtype_index(dtype)].load();
+  TORCH_CHECK(kernel, "cpu_rotary_embedding: the kernel is not loaded for ", dtype_name(dtype),
+              " (ascendtile.cpu.rotary_embedding.load)");
+  const int64_t rot_dim = cos_sin_cache.dim() == 2 ? cos_sin_cache.size(1) : 0;
+  TORCH_CHECK_VALUE(dtype_index(cos_sin_cache.scalar_type()) >= 0 && cos_sin_cache.is_contiguous() && rot_dim % 2 == 0
+                    && rope_dim_offset >= 0 && 0 < rot_dim && rot_dim <= head_size - rope_dim_offset,
+                    "cos_sin_cache: contiguous [rows, rot_dim] (rot_dim even, rope_dim_offset + rot_dim <= head_size ",
+                    head_size, "), got ", dtype_name(cos_sin_cache.scalar_type()), " ", tuple(cos_sin_cache.sizes()),
+                    " with rope_dim_offset ", rope_dim_offset);
+  kernel(positions.data_ptr(), positions.scalar_type() == at::kInt, query.data_ptr(), q_st, q_sh, q_heads,
+         key ? key->data_ptr() : nullptr, k_st, k_sh, k_heads, cos_sin_cache.data_ptr(),
+         dtype_index(cos_sin_cache.scalar_type()), cos_sin_cache.size(0), rot_dim, is_neox, rope_dim_offset, inverse,
+         tokens, at::get_num_threads());
+  rope_calls++;
+}
+
 }  // namespace
 
 extern "C" int ascendtile_dtype_index(const char* name) {
@@ -171,21 +265,33 @@ extern "C" void ascendtile_set_decode_attention(int dtype, int64_t head_dim, voi
   decode_kernels[dtype][head_dim] = reinterpret_cast<DecodeFn>(kernel);
 }
 
+extern "C" void ascendtile_set_unified_attention(int dtype, int64_t head_dim, void* kernel) {
+  unified_kernels[dtype][head_dim] = reinterpret_cast<UnifiedFn>(kernel);
+}
+
 extern "C" void ascendtile_set_linear(int dtype, void* kernel) {
   linear_kernels[dtype] = reinterpret_cast<LinearFn>(kernel);
+}
+
+extern "C" void ascendtile_set_rotary_embedding(int dtype, void* kernel) {
+  rope_kernels[dtype] = reinterpret_cast<RopeFn>(kernel);
 }
 
 extern "C" void ascendtile_set_linear_max_rows(int64_t rows) { linear_max_rows = rows; }
 
 extern "C" int64_t ascendtile_calls(const char* op) {
   if (std::strcmp(op, "cpu_decode_attention") == 0) return decode_calls.load();
+  if (std::strcmp(op, "cpu_unified_attention") == 0) return unified_calls.load();
   if (std::strcmp(op, "cpu_linear") == 0) return linear_calls.load();
+  if (std::strcmp(op, "cpu_rotary_embedding") == 0) return rope_calls.load();
   return -1;
 }
 
 TORCH_LIBRARY_IMPL(ascendtile, CPU, m) {
   m.impl("cpu_decode_attention", &cpu_decode_attention);
+  m.impl("cpu_unified_attention", &cpu_unified_attention);
   m.impl("cpu_linear", &cpu_linear);
+  m.impl("cpu_rotary_embedding", &cpu_rotary_embedding);
 }
 
 // a oneDNN-packed weight is an MkldnnCPU tensor, whose key the dispatcher picks over CPU

@@ -5,6 +5,12 @@ over fp32 copies (a widening copy, four products, a difference and a sum, a conc
 copy back), each a pass over memory; the kernel rotates each head's row in one pass, bit-equal
 to the reference (fp32 products, rounded once to the tensor's dtype).
 
+`cpu_rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox, rope_dim_offset=0,
+inverse=False)`: rotates dims [rope_dim_offset, rope_dim_offset + rot_dim) of every head of query
+and key (or None) in place; cos_sin_cache [rows, rot_dim] = cat(cos, sin), contiguous; is_neox
+rotates halves, else interleaved pairs; inverse rotates by -theta. The op's body (its operand
+checks, which name the wrong argument, and the call) is C++ as well (dispatch.py).
+
 dtypes: fp32, bf16, fp16 for query and key (alike), any of them for cos_sin_cache; positions int32
 or int64, one per token; query / key [T, H, D] or [T, H * D] with their last dim contiguous. A
 position outside [0, cos_sin_cache rows) leaves its token unrotated, as in the reference."""
@@ -14,22 +20,32 @@ import ctypes
 
 import torch
 
+from ascendtile.cpu import dispatch
 from ascendtile.cpu.build import DTYPES, load_variants
 from ascendtile.cpu.rotary_embedding_source import SOURCE
 
-_CACHE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 _ARGTYPES = ([ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p] + [ctypes.c_int64] * 3 + [ctypes.c_void_p]
              + [ctypes.c_int64] * 3 + [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_int,
                                        ctypes.c_int64, ctypes.c_int, ctypes.c_int64, ctypes.c_int])
 _kernels: dict[tuple[torch.dtype], ctypes._CFuncPtr] = {}  # (dtype,) -> entry point, once loaded
 
-calls = 0  # kernel launches in this process: what shows a general graph runs on it
-
 
 def load(cache_dir: str, dtypes: list[torch.dtype]) -> bool:
-    """Build (or load from cache_dir) the kernels for query / key of these dtypes (DTYPES); False
-    where they cannot be built here."""
-    return load_variants("rotary_embedding", SOURCE, cache_dir, _ARGTYPES, [(dtype,) for dtype in dtypes], _kernels)
+    """Build (or load from cache_dir) the kernels for query / key of these dtypes (DTYPES) and the
+    op's C++ body (dispatch.py); False where they cannot be built here."""
+    variants = [(dtype,) for dtype in dtypes]
+    if dispatch.library(cache_dir) is None or not load_variants("rotary_embedding", SOURCE, cache_dir, _ARGTYPES,
+                                                                 variants, _kernels):
+        return False
+    for variant in variants:
+        dispatch.register("cpu_rotary_embedding", variant, _kernels[variant])
+    return True
+
+
+def __getattr__(name: str) -> int:
+    if name == "calls":  # kernel launches in this process: what shows a general graph runs on it
+        return dispatch.calls("cpu_rotary_embedding")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def supports(positions: torch.Tensor, query: torch.Tensor) -> bool:
@@ -43,46 +59,10 @@ _LIB.define("cpu_rotary_embedding(Tensor positions, Tensor(a!) query, Tensor(b!)
             "Tensor cos_sin_cache, bool is_neox, int rope_dim_offset=0, bool inverse=False) -> ()")
 
 
-def _heads(name: str, x: torch.Tensor, head_size: int, tokens: int) -> torch.Tensor:
-    """x as [T, H, head_size], checked."""
-    heads = x.unflatten(-1, (-1, head_size)) if x.dim() == 2 and x.shape[-1] % head_size == 0 else x
-    if heads.dim() != 3 or heads.shape[0] != tokens or heads.shape[2] != head_size or heads.stride(-1) != 1:
-        raise ValueError(f"{name}: expected [{tokens}, H, {head_size}] or [{tokens}, H * {head_size}] with its last "
-                         f"dim contiguous, got {tuple(x.shape)} (strides {x.stride()})")
-    return heads
-
-
-def cpu_rotary_embedding(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | None, head_size: int,
-                         cos_sin_cache: torch.Tensor, is_neox: bool, rope_dim_offset: int = 0,
-                         inverse: bool = False) -> None:
-    """Rotate dims [rope_dim_offset, rope_dim_offset + rot_dim) of every head of query and key
-    (or None) in place at positions [T] (int32 / int64): query / key [T, H, D] or [T, H * D],
-    fp32 / bf16 / fp16 alike; cos_sin_cache [rows, rot_dim] = cat(cos, sin), contiguous; is_neox
-    rotates halves, else interleaved pairs; inverse rotates by -theta."""
-    global calls
-    if positions.dtype not in (torch.int32, torch.int64) or positions.dim() != 1 or not positions.is_contiguous():
-        raise ValueError(f"positions: contiguous int32 / int64 [T], got {positions.dtype} {tuple(positions.shape)}")
-    tokens = positions.shape[0]
-    q = _heads("query", query, head_size, tokens)
-    k = None if key is None else _heads("key", key, head_size, tokens)
-    if query.dtype not in DTYPES or (k is not None and k.dtype != query.dtype):
-        raise ValueError(f"query / key: fp32, bf16 or fp16 alike, got {query.dtype} and {None if k is None else k.dtype}")
-    kernel = _kernels.get((query.dtype,))
-    if kernel is None:
-        raise RuntimeError(f"cpu_rotary_embedding: the kernel is not loaded for {query.dtype} "
-                           f"(ascendtile.cpu.rotary_embedding.load)")
-    rot_dim = cos_sin_cache.shape[-1]
-    if (cos_sin_cache.dtype not in _CACHE_CODES or cos_sin_cache.dim() != 2 or not cos_sin_cache.is_contiguous()
-            or rot_dim % 2 or not 0 < rot_dim <= head_size - rope_dim_offset or rope_dim_offset < 0):
-        raise ValueError(f"cos_sin_cache: contiguous [rows, rot_dim] (rot_dim even, rope_dim_offset + rot_dim <= "
-                         f"head_size {head_size}), got {cos_sin_cache.dtype} {tuple(cos_sin_cache.shape)} "
-                         f"with rope_dim_offset {rope_dim_offset}")
-    kernel(
-        positions.data_ptr(), positions.dtype == torch.int32, q.data_ptr(), q.stride(0), q.stride(1), q.shape[1],
-        None if k is None else k.data_ptr(), 0 if k is None else k.stride(0), 0 if k is None else k.stride(1),
-        0 if k is None else k.shape[1], cos_sin_cache.data_ptr(), _CACHE_CODES[cos_sin_cache.dtype],
-        cos_sin_cache.shape[0], rot_dim, is_neox, rope_dim_offset, inverse, tokens, torch.get_num_threads())
-    calls += 1
+def _not_loaded(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | None, head_size: int,
+                cos_sin_cache: torch.Tensor, is_neox: bool, rope_dim_offset: int = 0, inverse: bool = False) -> None:
+    raise RuntimeError("cpu_rotary_embedding: no kernel is loaded in this process "
+                       "(ascendtile.cpu.rotary_embedding.load)")
 
 
 def _cpu_rotary_embedding_fake(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | None, head_size: int,
@@ -91,7 +71,8 @@ def _cpu_rotary_embedding_fake(positions: torch.Tensor, query: torch.Tensor, key
     return None
 
 
-_LIB.impl("cpu_rotary_embedding", cpu_rotary_embedding, "CPU")
+# The C++ body (dispatch.py) registers for CPU once loaded, which the dispatcher picks over this.
+_LIB.impl("cpu_rotary_embedding", _not_loaded, "CompositeExplicitAutograd")
 torch.library.register_fake("ascendtile::cpu_rotary_embedding", _cpu_rotary_embedding_fake, lib=_LIB)
 
 

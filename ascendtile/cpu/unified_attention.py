@@ -6,6 +6,14 @@ sequence's keys and values into padded fp32 copies and runs torch's fused attent
 kernel reads the rows from the cache once per tile of queries and multiplies with fp32 FMAs,
 skipping the keys a causal tile cannot see.
 
+`cpu_unified_attention(out, query, key_cache, value_cache, block_table, cu_seqlens_q, seqused_k,
+scale, softcap, sliding_window)`: out [T, H, D] = attention of query [T, H, D] (sequence b's new
+tokens at rows cu_seqlens_q[b]:cu_seqlens_q[b + 1], the last of its seqused_k[b] keys) over
+key_cache / value_cache [num_blocks, block_size, KVH, D] through block_table [B, max_blocks] int32,
+cu_seqlens_q [B + 1] int32 and seqused_k [B] int32; fp32 math; causal. The op's body (its operand
+checks, which name the wrong argument, and the call) is C++ as well (dispatch.py); the kernel
+checks cu_seqlens_q's values itself, so no tensor is read on the host first.
+
 Head dims with a kernel: paged_operands.HEAD_DIMS; dtypes: fp32, bf16, fp16 (query, caches and out
 alike). It shows what the reference shows, up to the order of fp32 sums: key j of sequence b is
 visible to its new token t (position p = seqused_k[b] - q_len + t) where j <= p, j < seqused_k[b]
@@ -18,23 +26,31 @@ import ctypes
 
 import torch
 
-from ascendtile.cpu import paged_operands
+from ascendtile.cpu import dispatch, paged_operands
 from ascendtile.cpu.build import load_variants
-from ascendtile.cpu.paged_operands import supports
+from ascendtile.cpu.paged_operands import supports  # noqa: F401 (decompose.py asks it)
 from ascendtile.cpu.unified_attention_source import SOURCE
 
 _ARGTYPES = ([ctypes.c_void_p] * 7 + [ctypes.c_int64] * 15
              + [ctypes.c_float, ctypes.c_float, ctypes.c_int64, ctypes.c_int])
 _kernels: dict[tuple[torch.dtype, int], ctypes._CFuncPtr] = {}  # (dtype, head dim) -> entry point, once loaded
 
-calls = 0  # kernel launches in this process: what shows a general graph runs on it
-
-
 def load(cache_dir: str, variants: list[tuple[torch.dtype, int]]) -> bool:
-    """Build (or load from cache_dir) the kernels for these (dtype, head dim) variants; False where
-    they cannot be built here."""
+    """Build (or load from cache_dir) the kernels for these (dtype, head dim) variants and the op's
+    C++ body (dispatch.py); False where they cannot be built here."""
     paged_operands.check_variants(variants)
-    return load_variants("unified_attention", SOURCE, cache_dir, _ARGTYPES, variants, _kernels)
+    if dispatch.library(cache_dir) is None or not load_variants("unified_attention", SOURCE, cache_dir, _ARGTYPES,
+                                                                 variants, _kernels):
+        return False
+    for variant in variants:
+        dispatch.register("cpu_unified_attention", variant, _kernels[variant])
+    return True
+
+
+def __getattr__(name: str) -> int:
+    if name == "calls":  # kernel launches in this process: what shows a general graph runs on it
+        return dispatch.calls("cpu_unified_attention")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 _LIB = torch.library.Library("ascendtile", "FRAGMENT")  # the namespace's DEF: model/layers/expert_dispatch.py
@@ -43,56 +59,11 @@ _LIB.define("cpu_unified_attention(Tensor(a!) out, Tensor query, Tensor key_cach
             "int sliding_window) -> ()")
 
 
-def _explain(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-             block_table: torch.Tensor, cu_seqlens_q: torch.Tensor, seqused_k: torch.Tensor) -> None:
-    """Raise what is wrong with the arguments (cpu_unified_attention's quick check failed)."""
-    paged_operands.check("cpu_unified_attention", _kernels, out, query, key_cache, value_cache, block_table)
-    num_seqs = seqused_k.shape[0] if seqused_k.dim() == 1 else -1
-    for name, t, rows in (("block_table", block_table, num_seqs), ("seqused_k", seqused_k, num_seqs),
-                          ("cu_seqlens_q", cu_seqlens_q, num_seqs + 1)):
-        if t.dtype != torch.int32 or t.dim() != 1 + (name == "block_table") or t.shape[0] != rows:
-            raise ValueError(f"{name}: int32, {rows} rows for {num_seqs} sequences, got {t.dtype} {tuple(t.shape)}")
-    for name, t in (("cu_seqlens_q", cu_seqlens_q), ("seqused_k", seqused_k)):
-        if not t.is_contiguous():
-            raise ValueError(f"{name}: must be contiguous")
-    raise ValueError(f"cu_seqlens_q: must start at 0, never decrease and end at query's {query.shape[0]} rows, "
-                     f"got {cu_seqlens_q.tolist()}")
-
-
-def cpu_unified_attention(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor,
-                          value_cache: torch.Tensor, block_table: torch.Tensor, cu_seqlens_q: torch.Tensor,
-                          seqused_k: torch.Tensor, scale: float, softcap: float, sliding_window: int) -> None:
-    """out [T, H, D] = attention of query [T, H, D] (sequence b's new tokens at rows
-    cu_seqlens_q[b]:cu_seqlens_q[b + 1], the last of its seqused_k[b] keys) over key_cache /
-    value_cache [num_blocks, block_size, KVH, D] through block_table [B, max_blocks] int32,
-    cu_seqlens_q [B + 1] int32 and seqused_k [B] int32; fp32 / bf16 / fp16 throughout, fp32 math;
-    causal, softcap > 0 caps the scores (softcap · tanh(s / softcap)), sliding_window > 0 shows
-    the last sliding_window keys up to each token."""
-    global calls
-    dtype = query.dtype
-    num_seqs = seqused_k.shape[0]
-    # one expression on the hot path; _explain says which argument is wrong (the kernel checks
-    # cu_seqlens_q's values itself: no host reads of a tensor here)
-    if not (supports(query, key_cache) and (dtype, query.shape[2]) in _kernels and out.dtype == dtype
-            and key_cache.dtype == dtype and value_cache.dtype == dtype and block_table.dtype == torch.int32
-            and seqused_k.dtype == torch.int32 and cu_seqlens_q.dtype == torch.int32
-            and out.shape == query.shape and value_cache.shape == key_cache.shape
-            and value_cache.stride() == key_cache.stride() and out.stride(-1) == 1 and query.stride(-1) == 1
-            and key_cache.stride(-1) == 1 and block_table.dim() == 2 and block_table.stride(-1) == 1
-            and block_table.shape[0] == num_seqs and seqused_k.dim() == 1 and seqused_k.is_contiguous()
-            and cu_seqlens_q.shape == (num_seqs + 1,) and cu_seqlens_q.is_contiguous()):
-        _explain(out, query, key_cache, value_cache, block_table, cu_seqlens_q, seqused_k)
-    heads, dim = query.shape[1:]
-    num_blocks, block_size, kv_heads = key_cache.shape[:3]
-    status = _kernels[dtype, dim](
-        out.data_ptr(), query.data_ptr(), key_cache.data_ptr(), value_cache.data_ptr(), block_table.data_ptr(),
-        cu_seqlens_q.data_ptr(), seqused_k.data_ptr(), num_seqs, query.shape[0], heads, kv_heads, num_blocks,
-        block_size, block_table.shape[1], block_table.stride(0), query.stride(0), query.stride(1), out.stride(0),
-        out.stride(1), key_cache.stride(0), key_cache.stride(1), key_cache.stride(2), scale, softcap, sliding_window,
-        torch.get_num_threads())
-    if status == 2:  # cu_seqlens_q's values out of order
-        _explain(out, query, key_cache, value_cache, block_table, cu_seqlens_q, seqused_k)
-    calls += 1
+def _not_loaded(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                block_table: torch.Tensor, cu_seqlens_q: torch.Tensor, seqused_k: torch.Tensor, scale: float,
+                softcap: float, sliding_window: int) -> None:
+    raise RuntimeError("cpu_unified_attention: no kernel is loaded in this process "
+                       "(ascendtile.cpu.unified_attention.load)")
 
 
 def _cpu_unified_attention_fake(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor,
@@ -101,7 +72,8 @@ def _cpu_unified_attention_fake(out: torch.Tensor, query: torch.Tensor, key_cach
     return None
 
 
-_LIB.impl("cpu_unified_attention", cpu_unified_attention, "CPU")
+# The C++ body (dispatch.py) registers for CPU once loaded, which the dispatcher picks over this.
+_LIB.impl("cpu_unified_attention", _not_loaded, "CompositeExplicitAutograd")
 torch.library.register_fake("ascendtile::cpu_unified_attention", _cpu_unified_attention_fake, lib=_LIB)
 
 

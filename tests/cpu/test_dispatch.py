@@ -1,7 +1,7 @@
 """The ops' C++ bodies (ascendtile/cpu/dispatch.py): registered for the dispatch keys the graphs'
 calls take, loaded once per process, and the table and row-bound setters refusing what they cannot
-serve. What each body computes and how it fails on bad operands: test_decode_attention.py,
-test_linear.py."""
+serve. What each body computes and how it fails on bad operands: the op's own test file
+(test_decode_attention.py, test_unified_attention.py, test_linear.py, test_rotary_embedding.py)."""
 import pytest
 import torch
 
@@ -16,7 +16,8 @@ def kernels():
     assert cl.load(default_cache_dir(), [torch.float32]) and cda.load(default_cache_dir(), [(torch.float32, 64)])
 
 
-@pytest.mark.parametrize("op, key", [("cpu_decode_attention", "CPU"), ("cpu_linear", "CPU"), ("cpu_linear", "MkldnnCPU")])
+@pytest.mark.parametrize("op, key", [("cpu_decode_attention", "CPU"), ("cpu_unified_attention", "CPU"),
+                                     ("cpu_linear", "CPU"), ("cpu_linear", "MkldnnCPU"), ("cpu_rotary_embedding", "CPU")])
 def test_the_bodies_are_registered_in_cpp(op, key):
     """The dispatcher holds a kernel for the key itself, beside the Python fallback (which is
     CompositeExplicitAutograd; an op with only that has none for the key)."""
@@ -46,8 +47,8 @@ def test_loaded_once_per_process(tmp_path):
 
 
 def test_setters_refuse_what_they_cannot_serve():
-    with pytest.raises(ValueError, match="^op: no C.. body for 'cpu_rotary_embedding'"):
-        dispatch.register("cpu_rotary_embedding", (torch.float32,), None)
+    with pytest.raises(ValueError, match="^op: no C.. body for 'onednn_linear'"):
+        dispatch.register("onednn_linear", (torch.float32,), None)
     with pytest.raises(ValueError, match="^rows: at most the kernel's 2, got 3"):
         dispatch.set_linear_max_rows(3)
     dispatch.set_linear_max_rows(0)  # every product goes to aten

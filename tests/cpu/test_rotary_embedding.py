@@ -10,6 +10,7 @@ from torch import fx
 
 from ascendtile.compilation.config import default_cache_dir
 from ascendtile.compilation.decompose import decompose_to_references
+from ascendtile.cpu import dispatch
 from ascendtile.cpu import rotary_embedding as cre
 from ascendtile.cpu.build import DTYPES
 from ascendtile.ops.reference.rope import rotary_embedding
@@ -86,14 +87,20 @@ def test_bad_inputs_name_the_argument(change, match):
     args = dict(positions=torch.arange(6), query=torch.randn(6, 4, 64), key=torch.randn(6, 2, 64), head_size=64,
                 cos_sin_cache=torch.randn(10, 64), is_neox=True)
     with pytest.raises(ValueError, match=match):
-        cre.cpu_rotary_embedding(**change(args))
+        torch.ops.ascendtile.cpu_rotary_embedding(**change(args))
 
 
-def test_not_loaded_says_so(monkeypatch):
-    monkeypatch.setattr(cre, "_kernels", {key: k for key, k in cre._kernels.items() if key != (torch.float16,)})
-    cre.cpu_rotary_embedding(torch.arange(2), torch.randn(2, 4, 64), None, 64, torch.randn(4, 64), True)
-    with pytest.raises(RuntimeError, match="^cpu_rotary_embedding: the kernel is not loaded for torch.float16"):
-        cre.cpu_rotary_embedding(torch.arange(2), torch.randn(2, 4, 64).half(), None, 64, torch.randn(4, 64), True)
+def test_not_loaded_says_so():
+    """A dtype taken out of the op's table (dispatch.register with None) is named as not loaded;
+    the others still run."""
+    dispatch.register("cpu_rotary_embedding", (torch.float16,), None)
+    try:
+        torch.ops.ascendtile.cpu_rotary_embedding(torch.arange(2), torch.randn(2, 4, 64), None, 64, torch.randn(4, 64), True)
+        with pytest.raises(RuntimeError, match="^cpu_rotary_embedding: the kernel is not loaded for torch.float16"):
+            torch.ops.ascendtile.cpu_rotary_embedding(torch.arange(2), torch.randn(2, 4, 64).half(), None, 64,
+                                                      torch.randn(4, 64), True)
+    finally:
+        dispatch.register("cpu_rotary_embedding", (torch.float16,), cre._kernels[torch.float16,])
     with pytest.raises(ValueError, match=r"^variants: no kernel for the dtypes \['torch.int32'\]"):
         cre.load(default_cache_dir(), [torch.int32])
 

@@ -10,6 +10,7 @@ from torch import fx
 
 from ascendtile.compilation.config import default_cache_dir
 from ascendtile.compilation.decompose import decompose_to_references
+from ascendtile.cpu import dispatch
 from ascendtile.cpu import unified_attention as cua
 from ascendtile.cpu.build import DTYPES
 from ascendtile.cpu.paged_operands import HEAD_DIMS
@@ -110,16 +111,22 @@ def test_bad_inputs_name_the_argument(change, match):
     args = dict(out=torch.empty_like(query), query=query, key_cache=kc, value_cache=vc, block_table=table,
                 cu_seqlens_q=cu, seqused_k=seqused)
     with pytest.raises(ValueError, match=match):
-        cua.cpu_unified_attention(**change(args), scale=0.2, softcap=0.0, sliding_window=0)
+        torch.ops.ascendtile.cpu_unified_attention(**change(args), scale=0.2, softcap=0.0, sliding_window=0)
 
 
-def test_not_loaded_says_so(monkeypatch):
-    monkeypatch.setattr(cua, "_kernels", {key: k for key, k in cua._kernels.items() if key != (torch.float32, 64)})
+def test_not_loaded_says_so():
+    """A variant taken out of the op's table (dispatch.register with None) is named as not loaded;
+    another head dim still runs."""
     query, kc, vc, table, cu, seqused = make_paged_batch([2], [5], 4, 2, 64, 16)
-    with pytest.raises(RuntimeError, match="^cpu_unified_attention: the kernel is not loaded for torch.float32 and head dim 64"):
-        cua.cpu_unified_attention(torch.empty_like(query), query, kc, vc, table, cu, seqused, 0.2, 0.0, 0)
-    query, kc, vc, table, cu, seqused = make_paged_batch([2], [5], 4, 2, 32, 16)  # another head dim: loaded
-    cua.cpu_unified_attention(torch.empty_like(query), query, kc, vc, table, cu, seqused, 0.2, 0.0, 0)
+    dispatch.register("cpu_unified_attention", (torch.float32, 64), None)
+    try:
+        with pytest.raises(RuntimeError, match="^cpu_unified_attention: the kernel is not loaded for torch.float32 and head dim 64"):
+            torch.ops.ascendtile.cpu_unified_attention(torch.empty_like(query), query, kc, vc, table, cu, seqused, 0.2,
+                                                       0.0, 0)
+        query, kc, vc, table, cu, seqused = make_paged_batch([2], [5], 4, 2, 32, 16)  # another head dim: loaded
+        torch.ops.ascendtile.cpu_unified_attention(torch.empty_like(query), query, kc, vc, table, cu, seqused, 0.2, 0.0, 0)
+    finally:
+        dispatch.register("cpu_unified_attention", (torch.float32, 64), cua._kernels[torch.float32, 64])
     with pytest.raises(ValueError, match=r"^variants: no kernel for the head dims \[24\]"):
         cua.load(default_cache_dir(), [(torch.float32, 24)])
 
