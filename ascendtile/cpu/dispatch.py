@@ -1,10 +1,10 @@
 """The bodies of the CPU kernels' ops (`torch.ops.ascendtile.cpu_decode_attention`,
 `cpu_unified_attention`, `cpu_linear`, `cpu_rotary_embedding`) in C++ (dispatch_source.py),
 registered with torch's dispatcher when the library loads, so a call goes from the dispatcher to
-the kernel without Python. Through Python (checks, ctypes) a decode
-attention call took 40 µs where its kernel took 19; through this library 17 (AMD EPYC, AVX2, 1
-thread, 1 sequence of 100 keys, 2026-11-28). A decode graph calls two of them 151 times a
-SmolLM2 step, a general graph the other two 60 times.
+the kernel without Python. Through Python (checks, ctypes) a decode attention call took 37-60 µs
+where the kernel's own ctypes call took 19; through this library 17 (AMD EPYC, AVX2, 1 thread, 1
+sequence of 100 keys, 2026-11-28; bench/results/2026-11-28-cpu-op-bodies.md). A decode graph
+calls two of these ops 151 times a SmolLM2 step, a general graph the other two 60 times.
 
 The kernels stay in their own libraries (build.load_variants, no torch headers: ~1.4 s a build);
 this one includes torch's headers and links its libraries (~10 s), so it is built once per cache
@@ -56,10 +56,18 @@ def library(cache_dir: str) -> ctypes.CDLL | None:
     return _library
 
 
+def _loaded() -> ctypes.CDLL:
+    if _library is None:
+        raise RuntimeError("ascendtile.cpu.dispatch: the library is not loaded (an op's load() loads it)")
+    return _library
+
+
 def register(op: str, variant: tuple, kernel: ctypes._CFuncPtr | None) -> None:
     """Make `kernel` the entry point of op's variant (dtype, *sizes) in the loaded library's table;
     None takes the variant out again."""
-    dtype = _library.ascendtile_dtype_index(str(variant[0]).encode())
+    dtype = _loaded().ascendtile_dtype_index(str(variant[0]).encode())
+    if dtype < 0 or (op.endswith("attention") and variant[1] not in HEAD_DIMS):
+        raise ValueError(f"variant: no table entry for {variant} (dtypes {build.DTYPES}, head dims {HEAD_DIMS})")
     pointer = None if kernel is None else ctypes.cast(kernel, ctypes.c_void_p)
     if op in ("cpu_decode_attention", "cpu_unified_attention"):  # (dtype, head dim)
         getattr(_library, f"ascendtile_set_{op.removeprefix('cpu_')}")(dtype, variant[1], pointer)
@@ -74,7 +82,7 @@ def set_linear_max_rows(rows: int) -> None:
     the kernel, more go to oneDNN or aten. Loaded library only."""
     if not 0 <= rows <= MAX_ROWS:
         raise ValueError(f"rows: at most the kernel's {MAX_ROWS}, got {rows}")
-    _library.ascendtile_set_linear_max_rows(rows)
+    _loaded().ascendtile_set_linear_max_rows(rows)
 
 
 def calls(op: str) -> int:

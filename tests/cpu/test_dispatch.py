@@ -49,6 +49,10 @@ def test_loaded_once_per_process(tmp_path):
 def test_setters_refuse_what_they_cannot_serve():
     with pytest.raises(ValueError, match="^op: no C.. body for 'onednn_linear'"):
         dispatch.register("onednn_linear", (torch.float32,), None)
+    with pytest.raises(ValueError, match=r"^variant: no table entry for \(torch.float64,\)"):
+        dispatch.register("cpu_linear", (torch.float64,), None)
+    with pytest.raises(ValueError, match=r"^variant: no table entry for \(torch.float32, 512\)"):
+        dispatch.register("cpu_decode_attention", (torch.float32, 512), None)
     with pytest.raises(ValueError, match="^rows: at most the kernel's 2, got 3"):
         dispatch.set_linear_max_rows(3)
     dispatch.set_linear_max_rows(0)  # every product goes to aten
@@ -65,6 +69,8 @@ def test_without_the_library_the_ops_are_not_loaded(tmp_path, monkeypatch):
     """Where the library does not build (a compiler that fails, in a process that has not loaded
     it), an op's load says False, so the graphs keep the reference path."""
     monkeypatch.setattr(dispatch, "_library", None)
+    with pytest.raises(RuntimeError, match="^ascendtile.cpu.dispatch: the library is not loaded"):
+        dispatch.set_linear_max_rows(1)
     monkeypatch.setenv("CXX", "false")
     with pytest.warns(RuntimeWarning, match="building dispatch failed"):
         assert not cl.load(str(tmp_path), [torch.float32])
