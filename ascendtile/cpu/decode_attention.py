@@ -27,7 +27,6 @@ import ctypes
 import torch
 
 from ascendtile.cpu import dispatch, paged_operands
-from ascendtile.cpu.build import load_variants
 from ascendtile.cpu.decode_attention_source import SOURCE
 from ascendtile.cpu.paged_operands import supports  # noqa: F401 (decompose.py asks it)
 
@@ -40,30 +39,17 @@ def load(cache_dir: str, variants: list[tuple[torch.dtype, int]]) -> bool:
     """Build (or load from cache_dir) the kernels for these (dtype, head dim) variants and the op's
     C++ body (dispatch.py); False where they cannot be built here."""
     paged_operands.check_variants(variants)
-    if dispatch.library(cache_dir) is None or not load_variants("decode_attention", SOURCE, cache_dir, _ARGTYPES,
-                                                                 variants, _kernels):
-        return False
-    for variant in variants:
-        dispatch.register("cpu_decode_attention", variant, _kernels[variant])
-    return True
+    return dispatch.load_op("cpu_decode_attention", SOURCE, cache_dir, _ARGTYPES, variants, _kernels)
 
 
-def __getattr__(name: str) -> int:
-    if name == "calls":  # kernel launches in this process: what shows a decode graph runs on it
-        return dispatch.calls("cpu_decode_attention")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# `calls`: the kernel launches in this process, what shows a graph runs on it
+__getattr__ = dispatch.calls_attribute("cpu_decode_attention")
 
 
 _LIB = torch.library.Library("ascendtile", "FRAGMENT")  # the namespace's DEF: model/layers/expert_dispatch.py
 _LIB.define("cpu_decode_attention(Tensor(a!) out, Tensor query, Tensor key_cache, Tensor value_cache, "
             "Tensor block_table, Tensor seqused_k, SymInt max_seqlen_k, float scale, float softcap, "
             "int sliding_window) -> ()")
-
-
-def _not_loaded(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-                block_table: torch.Tensor, seqused_k: torch.Tensor, max_seqlen_k: int, scale: float, softcap: float,
-                sliding_window: int) -> None:
-    raise RuntimeError("cpu_decode_attention: no kernel is loaded in this process (ascendtile.cpu.decode_attention.load)")
 
 
 def _cpu_decode_attention_fake(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor,
@@ -73,7 +59,7 @@ def _cpu_decode_attention_fake(out: torch.Tensor, query: torch.Tensor, key_cache
 
 
 # The C++ body (dispatch.py) registers for CPU once loaded, which the dispatcher picks over this.
-_LIB.impl("cpu_decode_attention", _not_loaded, "CompositeExplicitAutograd")
+_LIB.impl("cpu_decode_attention", dispatch.not_loaded("cpu_decode_attention"), "CompositeExplicitAutograd")
 torch.library.register_fake("ascendtile::cpu_decode_attention", _cpu_decode_attention_fake, lib=_LIB)
 
 

@@ -14,6 +14,7 @@ table (register)."""
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -88,3 +89,32 @@ def set_linear_max_rows(rows: int) -> None:
 def calls(op: str) -> int:
     """The kernel launches of `op` in this process (0 before the library loads)."""
     return 0 if _library is None else _library.ascendtile_calls(op.encode())
+
+
+def load_op(op: str, source: str, cache_dir: str, argtypes: list, variants: list[tuple], kernels: dict) -> bool:
+    """An op's load(): the library, then op's kernel variants (build.load_variants of `source`, the
+    library named after op without its `cpu_` prefix, entry points into `kernels`), each put into
+    op's table; False where either cannot be built here."""
+    if library(cache_dir) is None or not build.load_variants(op.removeprefix("cpu_"), source, cache_dir, argtypes,
+                                                             variants, kernels):
+        return False
+    for variant in variants:
+        register(op, variant, kernels[variant])
+    return True
+
+
+def calls_attribute(op: str) -> Callable[[str], int]:
+    """A module's __getattr__ whose `calls` is calls(op): what shows a graph runs op's kernel."""
+    def module_getattr(name: str) -> int:
+        if name == "calls":
+            return calls(op)
+        raise AttributeError(f"module has no attribute {name!r}")
+    return module_getattr
+
+
+def not_loaded(op: str) -> Callable[..., None]:
+    """op's Python fallback, registered for CompositeExplicitAutograd: until the library loads, a
+    call says so (once it does, the dispatcher picks the C++ body, registered for CPU)."""
+    def fallback(*args, **kwargs) -> None:
+        raise RuntimeError(f"{op}: no kernel is loaded in this process (ascendtile.cpu.{op.removeprefix('cpu_')}.load)")
+    return fallback

@@ -23,7 +23,7 @@ import ctypes
 import torch
 
 from ascendtile.cpu import dispatch
-from ascendtile.cpu.build import DTYPES, load_variants
+from ascendtile.cpu.build import DTYPES
 from ascendtile.cpu.linear_source import MAX_ROWS, SOURCE  # noqa: F401 (MAX_ROWS: the row bound)
 
 _ARGTYPES = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 6 + [ctypes.c_int]
@@ -33,19 +33,11 @@ _kernels: dict[tuple[torch.dtype], ctypes._CFuncPtr] = {}  # (dtype,) -> entry p
 def load(cache_dir: str, dtypes: list[torch.dtype]) -> bool:
     """Build (or load from cache_dir) the kernels for these dtypes (DTYPES) and the op's C++ body
     (dispatch.py); False where they cannot be built here."""
-    variants = [(dtype,) for dtype in dtypes]
-    if dispatch.library(cache_dir) is None or not load_variants("linear", SOURCE, cache_dir, _ARGTYPES, variants,
-                                                                 _kernels):
-        return False
-    for variant in variants:
-        dispatch.register("cpu_linear", variant, _kernels[variant])
-    return True
+    return dispatch.load_op("cpu_linear", SOURCE, cache_dir, _ARGTYPES, [(dtype,) for dtype in dtypes], _kernels)
 
 
-def __getattr__(name: str) -> int:
-    if name == "calls":  # kernel launches in this process: what shows a decode graph runs on it
-        return dispatch.calls("cpu_linear")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# `calls`: the kernel launches in this process, what shows a graph runs on it
+__getattr__ = dispatch.calls_attribute("cpu_linear")
 
 
 def supports(weight: torch.Tensor) -> bool:
@@ -58,11 +50,6 @@ _LIB = torch.library.Library("ascendtile", "FRAGMENT")  # the namespace's DEF: m
 _LIB.define("cpu_linear(Tensor x, Tensor weight, Tensor? packed, Tensor? bias) -> Tensor")
 
 
-def _not_loaded(x: torch.Tensor, weight: torch.Tensor, packed: torch.Tensor | None,
-                bias: torch.Tensor | None) -> torch.Tensor:
-    raise RuntimeError("cpu_linear: no kernel is loaded in this process (ascendtile.cpu.linear.load)")
-
-
 def _cpu_linear_fake(x: torch.Tensor, weight: torch.Tensor, packed: torch.Tensor | None,
                      bias: torch.Tensor | None) -> torch.Tensor:
     return x.new_empty(*x.shape[:-1], weight.shape[0])
@@ -70,5 +57,5 @@ def _cpu_linear_fake(x: torch.Tensor, weight: torch.Tensor, packed: torch.Tensor
 
 # The C++ body (dispatch.py) registers for CPU and MkldnnCPU (a packed weight's key) once loaded,
 # which the dispatcher picks over this.
-_LIB.impl("cpu_linear", _not_loaded, "CompositeExplicitAutograd")
+_LIB.impl("cpu_linear", dispatch.not_loaded("cpu_linear"), "CompositeExplicitAutograd")
 torch.library.register_fake("ascendtile::cpu_linear", _cpu_linear_fake, lib=_LIB)

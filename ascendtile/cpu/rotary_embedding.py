@@ -21,7 +21,7 @@ import ctypes
 import torch
 
 from ascendtile.cpu import dispatch
-from ascendtile.cpu.build import DTYPES, load_variants
+from ascendtile.cpu.build import DTYPES
 from ascendtile.cpu.rotary_embedding_source import SOURCE
 
 _ARGTYPES = ([ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p] + [ctypes.c_int64] * 3 + [ctypes.c_void_p]
@@ -33,19 +33,12 @@ _kernels: dict[tuple[torch.dtype], ctypes._CFuncPtr] = {}  # (dtype,) -> entry p
 def load(cache_dir: str, dtypes: list[torch.dtype]) -> bool:
     """Build (or load from cache_dir) the kernels for query / key of these dtypes (DTYPES) and the
     op's C++ body (dispatch.py); False where they cannot be built here."""
-    variants = [(dtype,) for dtype in dtypes]
-    if dispatch.library(cache_dir) is None or not load_variants("rotary_embedding", SOURCE, cache_dir, _ARGTYPES,
-                                                                 variants, _kernels):
-        return False
-    for variant in variants:
-        dispatch.register("cpu_rotary_embedding", variant, _kernels[variant])
-    return True
+    return dispatch.load_op("cpu_rotary_embedding", SOURCE, cache_dir, _ARGTYPES, [(dtype,) for dtype in dtypes],
+                            _kernels)
 
 
-def __getattr__(name: str) -> int:
-    if name == "calls":  # kernel launches in this process: what shows a general graph runs on it
-        return dispatch.calls("cpu_rotary_embedding")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# `calls`: the kernel launches in this process, what shows a graph runs on it
+__getattr__ = dispatch.calls_attribute("cpu_rotary_embedding")
 
 
 def supports(positions: torch.Tensor, query: torch.Tensor) -> bool:
@@ -59,12 +52,6 @@ _LIB.define("cpu_rotary_embedding(Tensor positions, Tensor(a!) query, Tensor(b!)
             "Tensor cos_sin_cache, bool is_neox, int rope_dim_offset=0, bool inverse=False) -> ()")
 
 
-def _not_loaded(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | None, head_size: int,
-                cos_sin_cache: torch.Tensor, is_neox: bool, rope_dim_offset: int = 0, inverse: bool = False) -> None:
-    raise RuntimeError("cpu_rotary_embedding: no kernel is loaded in this process "
-                       "(ascendtile.cpu.rotary_embedding.load)")
-
-
 def _cpu_rotary_embedding_fake(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | None, head_size: int,
                                cos_sin_cache: torch.Tensor, is_neox: bool, rope_dim_offset: int = 0,
                                inverse: bool = False) -> None:
@@ -72,7 +59,7 @@ def _cpu_rotary_embedding_fake(positions: torch.Tensor, query: torch.Tensor, key
 
 
 # The C++ body (dispatch.py) registers for CPU once loaded, which the dispatcher picks over this.
-_LIB.impl("cpu_rotary_embedding", _not_loaded, "CompositeExplicitAutograd")
+_LIB.impl("cpu_rotary_embedding", dispatch.not_loaded("cpu_rotary_embedding"), "CompositeExplicitAutograd")
 torch.library.register_fake("ascendtile::cpu_rotary_embedding", _cpu_rotary_embedding_fake, lib=_LIB)
 
 

@@ -27,7 +27,6 @@ import ctypes
 import torch
 
 from ascendtile.cpu import dispatch, paged_operands
-from ascendtile.cpu.build import load_variants
 from ascendtile.cpu.paged_operands import supports  # noqa: F401 (decompose.py asks it)
 from ascendtile.cpu.unified_attention_source import SOURCE
 
@@ -39,31 +38,17 @@ def load(cache_dir: str, variants: list[tuple[torch.dtype, int]]) -> bool:
     """Build (or load from cache_dir) the kernels for these (dtype, head dim) variants and the op's
     C++ body (dispatch.py); False where they cannot be built here."""
     paged_operands.check_variants(variants)
-    if dispatch.library(cache_dir) is None or not load_variants("unified_attention", SOURCE, cache_dir, _ARGTYPES,
-                                                                 variants, _kernels):
-        return False
-    for variant in variants:
-        dispatch.register("cpu_unified_attention", variant, _kernels[variant])
-    return True
+    return dispatch.load_op("cpu_unified_attention", SOURCE, cache_dir, _ARGTYPES, variants, _kernels)
 
 
-def __getattr__(name: str) -> int:
-    if name == "calls":  # kernel launches in this process: what shows a general graph runs on it
-        return dispatch.calls("cpu_unified_attention")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# `calls`: the kernel launches in this process, what shows a graph runs on it
+__getattr__ = dispatch.calls_attribute("cpu_unified_attention")
 
 
 _LIB = torch.library.Library("ascendtile", "FRAGMENT")  # the namespace's DEF: model/layers/expert_dispatch.py
 _LIB.define("cpu_unified_attention(Tensor(a!) out, Tensor query, Tensor key_cache, Tensor value_cache, "
             "Tensor block_table, Tensor cu_seqlens_q, Tensor seqused_k, float scale, float softcap, "
             "int sliding_window) -> ()")
-
-
-def _not_loaded(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-                block_table: torch.Tensor, cu_seqlens_q: torch.Tensor, seqused_k: torch.Tensor, scale: float,
-                softcap: float, sliding_window: int) -> None:
-    raise RuntimeError("cpu_unified_attention: no kernel is loaded in this process "
-                       "(ascendtile.cpu.unified_attention.load)")
 
 
 def _cpu_unified_attention_fake(out: torch.Tensor, query: torch.Tensor, key_cache: torch.Tensor,
@@ -73,7 +58,7 @@ def _cpu_unified_attention_fake(out: torch.Tensor, query: torch.Tensor, key_cach
 
 
 # The C++ body (dispatch.py) registers for CPU once loaded, which the dispatcher picks over this.
-_LIB.impl("cpu_unified_attention", _not_loaded, "CompositeExplicitAutograd")
+_LIB.impl("cpu_unified_attention", dispatch.not_loaded("cpu_unified_attention"), "CompositeExplicitAutograd")
 torch.library.register_fake("ascendtile::cpu_unified_attention", _cpu_unified_attention_fake, lib=_LIB)
 
 
