@@ -9,6 +9,7 @@ from ascendtile.compilation.config import default_cache_dir
 from ascendtile.cpu import build, dispatch
 from ascendtile.cpu import decode_attention as cda
 from ascendtile.cpu import linear as cl
+from ascendtile.model.layers import linear as model_linear
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -26,9 +27,10 @@ def test_the_bodies_are_registered_in_cpp(op, key):
     assert not torch._C._dispatch_has_kernel_for_dispatch_key("ascendtile::onednn_linear", key)
 
 
-def test_a_packed_weight_reaches_the_cpp_body():
+def test_a_packed_weight_reaches_the_cpp_body(monkeypatch):
     """A oneDNN-packed weight makes the call MkldnnCPU: the C++ body takes it, and its rows past the
-    bound go to the packed product."""
+    bound go to onednn_linear, which on an AMD CPU multiplies with the packed copy."""
+    monkeypatch.setattr(model_linear, "cpu_vendor", lambda: "AuthenticAMD")
     x, weight = torch.randn(5, 64), torch.randn(32, 64)
     packed = torch.ops.mkldnn._reorder_linear_weight(weight, 8)
     calls = cl.calls
