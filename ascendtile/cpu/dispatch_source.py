@@ -8,6 +8,7 @@ tables are indexed in build.DTYPES' order, which `ascendtile_dtype_index` gives 
 (a rope cache's dtype code is that index too)."""
 
 SOURCE = r'''
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <optional>
@@ -28,7 +29,7 @@ namespace {
 
 constexpr at::ScalarType DTYPES[] = {at::kFloat, at::kBFloat16, at::kHalf};  // build.DTYPES' order
 constexpr int64_t HEAD_DIMS[] = {@HEAD_DIMS@};
-constexpr int64_t MAX_HEAD_DIM = 256;
+constexpr int64_t MAX_HEAD_DIM = std::ranges::max(HEAD_DIMS);  // the attention tables' last index
 
 using DecodeFn = int (*)(void*, const void*, const void*, const void*, const void*, const void*, int64_t, int64_t,
                          int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
