@@ -7,10 +7,10 @@ sequence of 100 keys, 2026-11-28; bench/results/2026-11-28-cpu-op-bodies.md). A 
 calls two of these ops 151 times a SmolLM2 step, a general graph the other two 60 times.
 
 The kernels stay in their own libraries (build.load_variants, no torch headers: ~1.4 s a build);
-this one includes torch's headers and links its libraries (~10 s), so it is built once per cache
-and loaded once per process (the first cache_dir asked for: a second copy would register the
-ops again over kernel tables of its own). An op's load() puts each variant's entry point into its
-table (register)."""
+this one includes torch's headers and links its libraries (13.8–14.2 s on that EPYC), so it is
+built once per cache and loaded once per process (the first cache_dir asked for: a second copy
+would register the ops again over kernel tables of its own). An op's load() puts each variant's
+entry point into its table (register)."""
 from __future__ import annotations
 
 import ctypes
