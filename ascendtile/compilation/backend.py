@@ -16,12 +16,13 @@ from torch import fx
 from ascendtile.compilation.cache_key import memory_formats_by_name
 from ascendtile.compilation.config import CompilationConfig, CompilationLevel
 from ascendtile.compilation.decompose import decompose_to_references
-from ascendtile.compilation.freeze import lift_parameters, taking_kept_inputs
+from ascendtile.compilation.freeze import lift_parameters, taking_kept_inputs, widen_bf16_linears
 from ascendtile.compilation.piece_capture import CapturedPiece, CaptureSpec
 from ascendtile.compilation.piece_signature import PieceSignature
 from ascendtile.compilation.piecewise import SplitGraph, example_inputs, install, split_graph, token_symbol
 from ascendtile.compilation.passes import run_fusion_passes
 from ascendtile.compilation.passes.graph import ascend_op
+from ascendtile.platform import cpu_has_bf16_dot
 
 
 class AscendBackend:
@@ -36,6 +37,8 @@ class AscendBackend:
         self.compile_seconds: list[float] = []
         self.splits: list[SplitGraph] = []  # level 3, per compile
         self.captured: list[CapturedPiece] = []  # level 3 with a CaptureSpec: the pieces that capture
+        # per frozen compile on a CPU without bf16 dot products: the bf16 linears widened to fp32
+        self.widened_linears: list[int] = []
 
     @property
     def num_compiles(self) -> int:
@@ -67,6 +70,8 @@ class AscendBackend:
         if freeze:
             gm, kept = lift_parameters(gm, example_inputs)
             example_inputs = [example_inputs[i] for i in kept]
+            if not cpu_has_bf16_dot():
+                self.widened_linears.append(widen_bf16_linears(gm))
         if self.device_type == "cpu":
             self._decompose(gm)
         import torch._inductor.config as inductor_config

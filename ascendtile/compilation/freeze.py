@@ -1,5 +1,7 @@
 """CPU: the weights frozen into the compiled graph (Inductor's freezing): Inductor folds them in as
-constants and packs the fp32 linears' weights for oneDNN (`mkldnn._linear_pointwise`).
+constants and packs the fp32 linears' weights for oneDNN (`mkldnn._linear_pointwise`); on a CPU
+without bf16 dot products, bf16 linears are widened to fp32 first so that theirs are packed too
+(widen_bf16_linears).
 
 Inductor freezes only the parameters of the graph module it is given (aot_autograd lifts them
 and their values become constants). Dynamo, inlining nn modules as it does by default, hands the
@@ -48,6 +50,34 @@ def lift_parameters(gm: fx.GraphModule, example_inputs: Sequence) -> tuple[fx.Gr
         graph.erase_node(placeholder)
     lifted.recompile()
     return lifted, kept
+
+
+def widen_bf16_linears(gm: fx.GraphModule) -> int:
+    """Each linear of gm (lift_parameters' copy) whose weight is a frozen bf16 parameter becomes
+    the same product in fp32: x, the weight and the bias widened (exact), the product rounded to
+    bf16 once, as aten's bf16 GEMM rounds after its fp32 accumulation. Freezing then folds the
+    widened weight into an fp32 constant, which Inductor packs for oneDNN's fp32 linear: for a
+    CPU without bf16 dot products (the caller asks), where aten's bf16 GEMM is ~4x slower than fp32
+    and Inductor packs no bf16 weight; the eager model and the decode graph take pack_weight's fp32
+    copy the same way. Returns how many linears it widened."""
+    count = 0
+    for node in list(gm.graph.find_nodes(op="call_function", target=torch._C._nn.linear)):
+        weight = node.args[1]
+        if not (weight.op == "get_attr" and getattr(gm, weight.target).dtype == torch.bfloat16):
+            continue
+        x = node.args[0]
+        bias = node.args[2] if len(node.args) > 2 else node.kwargs.get("bias")
+        with gm.graph.inserting_before(node):
+            operands = [None if value is None else gm.graph.call_method("to", (value, torch.float32))
+                        for value in (x, weight, bias)]
+            wide = gm.graph.call_function(torch._C._nn.linear, tuple(operands))
+            rounded = gm.graph.call_method("to", (wide, torch.bfloat16))
+        node.replace_all_uses_with(rounded)
+        gm.graph.erase_node(node)
+        count += 1
+    if count:
+        gm.recompile()
+    return count
 
 
 def taking_kept_inputs(compiled: Callable, kept: list[int]) -> Callable:

@@ -2,7 +2,8 @@
 forward into a constant (a probe on the call that does it) and packs every linear for oneDNN (its
 counter); the KV caches stay inputs, so caches reallocated after the trace are the ones written;
 the logits equal eager; and the frozen graph bypasses Inductor's FX graph cache (torch cannot
-pickle oneDNN-packed weights). Level 3's pieces are not frozen: test_cache.py."""
+pickle oneDNN-packed weights). Without bf16 dot products, frozen bf16 linears are widened to fp32
+and packed too. Level 3's pieces are not frozen: test_cache.py."""
 from collections import Counter
 from types import SimpleNamespace
 
@@ -86,6 +87,45 @@ def test_kv_caches_stay_inputs(level_2):
 def test_frozen_graph_bypasses_the_fx_graph_cache(level_2):
     assert level_2.inductor["fxgraph_cache_bypass"] >= 1
     assert not level_2.inductor["fxgraph_cache_hit"] and not level_2.inductor["fxgraph_cache_miss"]
+
+
+def _linear_graph(bias: bool) -> fx.GraphModule:
+    def forward(x, weight, bias):
+        return torch.nn.functional.linear(x, weight, bias) * 2
+    def forward_without_bias(x, weight):
+        return torch.nn.functional.linear(x, weight) * 2
+    return fx.symbolic_trace(forward if bias else forward_without_bias)
+
+
+@needs_onednn
+@pytest.mark.slow  # Inductor compiles of a one-linear graph (seconds each)
+@pytest.mark.parametrize("bias, has_bf16_dot", [(True, False), (False, False), (False, True)])
+def test_bf16_linears_freeze_widened_and_packed_without_bf16_dot_products(bias, has_bf16_dot, monkeypatch, tmp_path):
+    """On a CPU without bf16 dot products (as this test tells the backend), a frozen bf16 linear is
+    widened to fp32 (the backend's count) and Inductor packs its folded fp32 weight (Inductor's
+    count); the product, rounded to bf16 once, is the fp32 product of the bf16 values. With bf16
+    dot products nothing is widened."""
+    from ascendtile.compilation import backend as backend_module
+
+    torch.manual_seed(0)
+    weight = torch.nn.Parameter(torch.randn(40, 48).bfloat16(), requires_grad=False)
+    inputs = [torch.randn(33, 48).bfloat16(), weight]
+    if bias:
+        inputs.append(torch.nn.Parameter(torch.randn(40).bfloat16(), requires_grad=False))
+    inputs[0][3, 5] = float("nan")  # a NaN row stays NaN, the others are untouched by it
+    want = (torch.nn.functional.linear(*[t.float() for t in inputs]) * 2).bfloat16()
+    monkeypatch.setattr(backend_module, "cpu_has_bf16_dot", lambda: has_bf16_dot)
+    backend = backend_module.AscendBackend(CompilationConfig(level=2, cache_dir=str(tmp_path)), "cpu")
+    before = Counter(counters["inductor"])
+    with torch.no_grad():  # Inductor freezes only with grad off
+        got = backend(_linear_graph(bias), inputs)(*inputs)
+    packed = (Counter(counters["inductor"]) - before)["mkldnn_linear_weight_pack_matcher_count"]
+    assert backend.widened_linears == ([] if has_bf16_dot else [1])
+    if not has_bf16_dot:
+        assert packed == 1
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got, want, rtol=1.6e-2, atol=1e-2, equal_nan=True)  # up to the summation order
+    assert got[3].isnan().all() and not got[torch.arange(33) != 3].isnan().any()
 
 
 def _graph_of_three_inputs() -> fx.GraphModule:

@@ -1,7 +1,7 @@
-"""Linear's oneDNN prepacking on CPU fp32 (and bf16 where the CPU has bf16 dot products): same
-outputs as the plain matmul, a clean fallback where oneDNN cannot help, never a stale read after the
-weight changes, and the tied LM head packed too. Without bf16 dot products, bf16 products of
-prefills and decode batches run in fp32."""
+"""Linear's oneDNN prepacking on CPU fp32 and bf16 (packed as bf16 where the CPU has bf16 dot
+products, else widened to fp32): same outputs as the plain matmul, a clean fallback where oneDNN
+cannot help, never a stale read after the weight changes, and the tied LM head packed too. Without
+bf16 dot products, bf16 products of prefills and decode batches run in fp32."""
 import copy
 import math
 
@@ -44,16 +44,48 @@ def test_packed_matches_plain_matmul(rows):
 
 @needs_onednn
 @pytest.mark.parametrize("rows", [1, 33])
-def test_bf16_packs_only_with_bf16_dot_products(rows, monkeypatch):
+def test_bf16_packs_as_bf16_with_bf16_dot_products(rows):
     linear = _linear(dtype=torch.bfloat16)
     linear.prepack()
-    assert (linear.packed is not None) == linear_module.cpu_has_bf16_dot()
+    expected_dtype = torch.bfloat16 if linear_module.cpu_has_bf16_dot() else torch.float32
+    assert linear.packed is not None and linear.packed.packed.dtype == expected_dtype
     x = torch.randn(rows, 48, dtype=torch.bfloat16)
     # both accumulate in fp32 and round once: equal up to the summation order
     torch.testing.assert_close(linear(x), F.linear(x, linear.weight, linear.bias), rtol=1.6e-2, atol=1e-2)
-    monkeypatch.setattr(linear_module, "cpu_has_bf16_dot", lambda: False)  # an AVX2 machine
+
+
+@needs_onednn
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("shape", [(0, 48), (1, 48), (2, 48), (33, 48), (3, 11, 48)])
+def test_bf16_without_bf16_dot_products_packs_fp32(shape, bias, monkeypatch):
+    """Without bf16 dot products (AVX2) a bf16 weight is packed widened to fp32 (exact): products
+    of WIDE_PACK_MIN_ROWS rows or more multiply x widened to fp32 on that copy and round once, the
+    fp32 product of the bf16 values; a single row reads the bf16 weight through aten. The same
+    through the op a decode graph calls (onednn_linear, opaque there)."""
+    monkeypatch.setattr(linear_module, "cpu_has_bf16_dot", lambda: False)
+    linear = _linear(bias=bias, dtype=torch.bfloat16)
     linear.prepack()
-    assert linear.packed is None
+    assert linear.packed.packed.dtype == torch.float32
+    assert torch.equal(linear.packed.packed.to_dense(), linear.weight.float())
+    onednn, aten, plain_onednn, plain_linear = [], [], torch.ops.mkldnn._linear_pointwise, F.linear
+    monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise",
+                        lambda x, *args: onednn.append((x.dtype, args[0].dtype)) or plain_onednn(x, *args))
+    monkeypatch.setattr(linear_module.F, "linear",
+                        lambda x, w, b=None: aten.append((x.dtype, w.dtype)) or plain_linear(x, w, b))
+    x = torch.randn(shape, dtype=torch.bfloat16)
+    if x.numel():
+        x.view(-1, 48)[0, 7] = float("nan")  # a NaN row stays NaN, the others are untouched by it
+    wide = math.prod(shape[:-1]) >= linear_module.WIDE_PACK_MIN_ROWS == 2
+    for out in (linear(x), torch.ops.ascendtile.onednn_linear.default(x, linear.weight, linear.packed.packed,
+                                                                      linear.bias)):
+        assert out.dtype == torch.bfloat16 and out.shape == (*shape[:-1], 64)
+        expected = plain_linear(x.float(), linear.weight.float(), linear.bias.float() if bias else None).bfloat16()
+        torch.testing.assert_close(out, expected, rtol=1.6e-2, atol=1e-2, equal_nan=True)  # up to the summation order
+        flat = out.reshape(-1, 64)
+        if x.numel():
+            assert flat[0].isnan().all() and not flat[1:].isnan().any()
+    assert onednn == ([(torch.float32, torch.float32)] * 2 if wide else [])
+    assert aten == ([] if wide else [(torch.bfloat16, torch.bfloat16)] * 2)
 
 
 @pytest.mark.parametrize("bias", [True, False])
@@ -168,8 +200,6 @@ def test_weights_made_in_inference_mode_pack_too():
 @pytest.mark.parametrize("shape", [(1, 48), (1, 1, 48), (3, 48), (1, 3, 48), (4, 48), (33, 48)])
 @pytest.mark.parametrize("vendor", ["GenuineIntel", "AuthenticAMD"])
 def test_few_fp32_rows_take_aten_on_intel_others_the_packed_weight(dtype, shape, vendor, monkeypatch):
-    if dtype == torch.bfloat16 and not linear_module.cpu_has_bf16_dot():
-        pytest.skip("bf16 packs only with bf16 dot products")
     monkeypatch.setattr(linear_module, "cpu_vendor", lambda: vendor)
     linear = _linear(dtype=dtype)
     linear.prepack()
@@ -179,8 +209,11 @@ def test_few_fp32_rows_take_aten_on_intel_others_the_packed_weight(dtype, shape,
     x = torch.randn(shape, dtype=dtype)
     tol = {} if dtype == torch.float32 else {"rtol": 1.6e-2, "atol": 1e-2}
     torch.testing.assert_close(linear(x), F.linear(x, linear.weight, linear.bias), **tol)
-    few_rows = x.numel() <= 3 * x.shape[-1]
-    assert len(calls) == (0 if few_rows and dtype == torch.float32 and vendor == "GenuineIntel" else 1)
+    rows = x.numel() // x.shape[-1]
+    # without bf16 dot products a bf16 weight's pack is fp32, which a single bf16 row skips
+    one_bf16_row = dtype == torch.bfloat16 and not linear_module.cpu_has_bf16_dot() and rows == 1
+    assert len(calls) == (0 if (rows <= 3 and dtype == torch.float32 and vendor == "GenuineIntel") or one_bf16_row
+                          else 1)
 
 
 @needs_onednn

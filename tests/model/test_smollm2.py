@@ -111,13 +111,13 @@ def smollm2_bf16() -> LoadedModel:
     return load_model("default", dtype=torch.bfloat16)
 
 
-def test_bf16_loads_packed_bf16(smollm2_bf16):
+def test_bf16_loads_packed(smollm2_bf16):
     model = smollm2_bf16.model
     linears = [model.model.layers[0].self_attn.qkv_proj, model.model.layers[-1].mlp.down_proj]
     assert all(linear.weight.dtype == torch.bfloat16 for linear in linears)
-    # the oneDNN bf16 GEMM is the path under test wherever the CPU has bf16 dot products
-    assert all((linear.packed is not None) == cpu_has_bf16_dot() for linear in linears)
-    assert (model.tied_head is not None) == cpu_has_bf16_dot()
+    # oneDNN's bf16 GEMM where the CPU has bf16 dot products, else its fp32 one on widened copies
+    packed_dtype = torch.bfloat16 if cpu_has_bf16_dot() else torch.float32
+    assert all(p.packed.dtype == packed_dtype for p in [linear.packed for linear in linears] + [model.tied_head])
 
 
 @pytest.fixture(scope="module")

@@ -2,11 +2,12 @@
 checkpoint projections (q/k/v, gate/up) into one matmul.
 
 Float: weight [N, K] in the model dtype, y = x·Wᵀ + b. On CPU with oneDNN, `prepack()` (run
-       once after loading, by CausalLM.post_load) reorders an fp32 weight, or a bf16 one on a CPU
-       with bf16 dot products (AVX-512 BF16 or AMX), into oneDNN's blocked layout (weights of at
-       least ONEDNN_MIN_WEIGHT_ELEMENTS; smaller ones lose to aten): fp32 1.2–2.7× faster than
-       aten::mm on SmolLM2's decode shapes at 2 threads on AVX2, about even at 1 thread except the
-       LM head (bench/README.md); bf16 on AVX-512 BF16 1.2–1.9× (reference-facts, 576 → 1536).
+       once after loading, by CausalLM.post_load) reorders an fp32 or bf16 weight into oneDNN's
+       blocked layout (weights of at least ONEDNN_MIN_WEIGHT_ELEMENTS; smaller ones lose to
+       aten): fp32 1.2–2.7× faster than aten::mm on SmolLM2's decode shapes at 2 threads on AVX2,
+       about even at 1 thread except the LM head (bench/README.md); bf16 on AVX-512 BF16 1.2–1.9×
+       (reference-facts, 576 → 1536). On a CPU without bf16 dot products a bf16 weight is packed
+       widened to fp32 (pack_weight), which multiplies batches 2.5–7× faster than aten's bf16.
        The packed copy sits beside the weight (the weight stays the parameter state_dict and W8A8
        conversion read); a weight replaced or changed in place after packing is not stale-read:
        forward falls back to the plain matmul until prepack() runs again (inference-mode weights
@@ -60,6 +61,14 @@ ATEN_MAX_FP32_ROWS = 3
 # bench/results/2026-11-27-avx2-bf16-head.md).
 BF16_AS_FP32_MIN_ROWS = 16
 
+# bf16 products of at least this many rows run on the weight's fp32 packed copy where the CPU lacks
+# bf16 dot products (pack_weight); a single row reads the bf16 weight through aten, half the bytes.
+# fp32 pack against aten's bf16 (2 threads, AVX2 EPYC, 2026-11-29, ms, best of 20): 576 -> 3072 at
+# 1 row 0.21 vs 0.24, 2 rows 0.23 vs 0.46, 32 rows 0.98 vs 6.73; 1536 -> 576 at 1 row 0.11 vs 0.10;
+# the 49,152 x 576 head at 1 row 8.4 vs 4.6, 2 rows 9.3 vs 7.9, 8 rows 11.0 vs 29.7, 32 rows 20.5
+# vs 99.5 (bench/results/2026-11-29-avx2-bf16-packs.md).
+WIDE_PACK_MIN_ROWS = 2
+
 # widened_linear converts the weight this many elements at a time (4 MiB of fp32). A whole fp32
 # copy of a big weight is a fresh mapping on every call past glibc's mmap threshold (32 MiB at
 # most; SmolLM2's 49,152 x 576 head is 113 MB), paid in page faults: the head at 32 rows took 140
@@ -97,15 +106,20 @@ class PackedWeight:
 
 
 def pack_weight(weight: torch.Tensor) -> PackedWeight | None:
-    """The oneDNN-packed copy of a CPU weight [N, K], fp32 or (cpu_has_bf16_dot) bf16, or None
-    where oneDNN cannot help: another dtype or device, fewer than ONEDNN_MIN_WEIGHT_ELEMENTS
-    elements, torch built without oneDNN, or a CPU/build whose oneDNN refuses the reorder."""
-    packable = weight.dtype == torch.float32 or (weight.dtype == torch.bfloat16 and cpu_has_bf16_dot())
-    if (weight.device.type != "cpu" or not packable or weight.numel() < ONEDNN_MIN_WEIGHT_ELEMENTS
-            or not torch.backends.mkldnn.is_available()):
+    """The oneDNN-packed copy of a CPU weight [N, K], fp32 or bf16, or None where oneDNN cannot
+    help: another dtype or device, fewer than ONEDNN_MIN_WEIGHT_ELEMENTS elements, torch built
+    without oneDNN, or a CPU/build whose oneDNN refuses the reorder. A bf16 weight is packed as bf16
+    where the CPU has bf16 dot products (cpu_has_bf16_dot), else widened to fp32 (exact: every bf16
+    value is an fp32 one), which onednn_linear multiplies at fp32 GEMM speed: aten's bf16 GEMM there
+    is ~4x slower than fp32, and widening on every call (widened_linear) costs a pass over the
+    weight. The price is memory: the fp32 copy is twice the bf16 weight's bytes, so a bf16 model
+    then holds 3 bytes a weight where an fp32 one holds 8 (its weight and its fp32 pack)."""
+    if (weight.device.type != "cpu" or weight.dtype not in (torch.float32, torch.bfloat16)
+            or weight.numel() < ONEDNN_MIN_WEIGHT_ELEMENTS or not torch.backends.mkldnn.is_available()):
         return None
+    source = weight.detach() if weight.dtype == torch.float32 or cpu_has_bf16_dot() else weight.detach().float()
     try:
-        packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), ONEDNN_ROWS_HINT)
+        packed = torch.ops.mkldnn._reorder_linear_weight(source, ONEDNN_ROWS_HINT)
     except (RuntimeError, AttributeError):  # op missing from this build, or the ISA check refused it
         return None
     return PackedWeight(weight, None if weight.is_inference() else weight._version, packed)
@@ -134,18 +148,21 @@ def float_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     takes the pack itself (PackedWeight.usable_for); level 3's pieces are not frozen, so their
     linears run unpacked.
 
-    bf16 on a CPU without bf16 dot products (AVX2), from BF16_AS_FP32_MIN_ROWS rows (prefill,
-    decode batches): widened_linear. Fewer rows read the weight in bf16: half the bytes.
+    bf16 on a CPU without bf16 dot products (AVX2): a packed weight is an fp32 copy, which
+    onednn_linear multiplies from WIDE_PACK_MIN_ROWS rows; an unpacked one (too small to pack, or no
+    oneDNN) is widened per call from BF16_AS_FP32_MIN_ROWS rows (widened_linear). Fewer rows read
+    the weight in bf16: half the bytes. The frozen general graph widens its bf16 weights once, as
+    constants (compilation/freeze.py).
 
     CPU level 2's decode graph (int4pack.in_guarded_graph) calls the packed copy through
     onednn_linear: that graph is not frozen, and Inductor lowers F.linear to aten's matmul."""
-    if (x.dtype == torch.bfloat16 and x.device.type == "cpu" and not torch.compiler.is_compiling()
-            and x.numel() >= BF16_AS_FP32_MIN_ROWS * x.shape[-1] and not cpu_has_bf16_dot()):
-        return widened_linear(x, weight, bias)
     if packed is not None and packed.usable_for(weight, x):
         if torch.compiler.is_compiling():
             return torch.ops.ascendtile.onednn_linear.default(x, weight, packed.packed, bias)
         return onednn_linear(x, weight, packed.packed, bias)
+    if (x.dtype == torch.bfloat16 and x.device.type == "cpu" and not torch.compiler.is_compiling()
+            and x.numel() >= BF16_AS_FP32_MIN_ROWS * x.shape[-1] and not cpu_has_bf16_dot()):
+        return widened_linear(x, weight, bias)
     return F.linear(x, weight, bias)
 
 
@@ -156,8 +173,11 @@ _LIB.define("onednn_linear(Tensor x, Tensor weight, Tensor packed, Tensor? bias)
 def onednn_linear(x: torch.Tensor, weight: torch.Tensor, packed: torch.Tensor,
                   bias: torch.Tensor | None) -> torch.Tensor:
     """`torch.ops.ascendtile.onednn_linear`: x [..., K] · weight [N, K]ᵀ (+ bias [N]) -> [..., N],
-    fp32 (or bf16 where pack_weight packs it), through `packed`, weight's oneDNN-packed copy
-    (PackedWeight.packed), or through aten where few_rows_take_aten says so: float_linear's product
+    fp32 or bf16, through `packed`, weight's oneDNN-packed copy (PackedWeight.packed), or through
+    aten where few_rows_take_aten says so. A bf16 weight's fp32 copy (pack_weight, on a CPU without
+    bf16 dot products) multiplies x widened to fp32 and rounds the product to bf16 once, as aten's
+    bf16 GEMM does after its fp32 accumulation; fewer than WIDE_PACK_MIN_ROWS rows read the bf16
+    weight through aten instead. float_linear's product
     as one op opaque to torch.compile, so that a graph that is not frozen gets the packed weights
     too. Inductor cannot lower `mkldnn._linear_pointwise` over a packed weight that is a graph
     input, and its own F.linear becomes aten's matmul, whose small-row kernels (MKL's) read the
@@ -169,7 +189,12 @@ def onednn_linear(x: torch.Tensor, weight: torch.Tensor, packed: torch.Tensor,
     changed in place afterwards needs prepack() again."""
     if few_rows_take_aten(x):
         return F.linear(x, weight, bias)
-    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+    if packed.dtype == x.dtype:
+        return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+    if x.numel() < WIDE_PACK_MIN_ROWS * x.shape[-1]:
+        return F.linear(x, weight, bias)
+    wide_bias = None if bias is None else bias.float()
+    return torch.ops.mkldnn._linear_pointwise(x.float(), packed, wide_bias, "none", [], "").to(x.dtype)
 
 
 def _onednn_linear_fake(x: torch.Tensor, weight: torch.Tensor, packed: torch.Tensor,
