@@ -17,6 +17,7 @@ first call runs with grad off, as the runtime's does (inference_mode).
 """
 from __future__ import annotations
 
+import operator
 from typing import Callable, Sequence
 
 import torch
@@ -63,7 +64,7 @@ def widen_bf16_linears(gm: fx.GraphModule) -> int:
     count = 0
     for node in list(gm.graph.find_nodes(op="call_function", target=torch._C._nn.linear)):
         weight = node.args[1]
-        if not (weight.op == "get_attr" and getattr(gm, weight.target).dtype == torch.bfloat16):
+        if not (weight.op == "get_attr" and operator.attrgetter(weight.target)(gm).dtype == torch.bfloat16):
             continue
         x = node.args[0]
         bias = node.args[2] if len(node.args) > 2 else node.kwargs.get("bias")

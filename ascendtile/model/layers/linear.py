@@ -7,7 +7,8 @@ Float: weight [N, K] in the model dtype, y = x·Wᵀ + b. On CPU with oneDNN, `p
        aten): fp32 1.2–2.7× faster than aten::mm on SmolLM2's decode shapes at 2 threads on AVX2,
        about even at 1 thread except the LM head (bench/README.md); bf16 on AVX-512 BF16 1.2–1.9×
        (reference-facts, 576 → 1536). On a CPU without bf16 dot products a bf16 weight is packed
-       widened to fp32 (pack_weight), which multiplies batches 2.5–7× faster than aten's bf16.
+       widened to fp32 (pack_weight): from 8 rows 2.7–12× faster than aten's bf16 on SmolLM2's
+       shapes (bench/results/2026-11-29-avx2-bf16-packs.md).
        The packed copy sits beside the weight (the weight stays the parameter state_dict and W8A8
        conversion read); a weight replaced or changed in place after packing is not stale-read:
        forward falls back to the plain matmul until prepack() runs again (inference-mode weights
