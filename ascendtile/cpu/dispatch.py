@@ -63,6 +63,12 @@ def _loaded() -> ctypes.CDLL:
     return _library
 
 
+def _stem(op: str) -> str:
+    """op's name without its `cpu_` prefix: its module in ascendtile.cpu, its kernel library and
+    its table setter in this one."""
+    return op.removeprefix("cpu_")
+
+
 def register(op: str, variant: tuple, kernel: ctypes._CFuncPtr | None) -> None:
     """Make `kernel` the entry point of op's variant (dtype, *sizes) in the loaded library's table;
     None takes the variant out again."""
@@ -71,9 +77,9 @@ def register(op: str, variant: tuple, kernel: ctypes._CFuncPtr | None) -> None:
         raise ValueError(f"variant: no table entry for {variant} (dtypes {build.DTYPES}, head dims {HEAD_DIMS})")
     pointer = None if kernel is None else ctypes.cast(kernel, ctypes.c_void_p)
     if op in ("cpu_decode_attention", "cpu_unified_attention"):  # (dtype, head dim)
-        getattr(_library, f"ascendtile_set_{op.removeprefix('cpu_')}")(dtype, variant[1], pointer)
+        getattr(_library, f"ascendtile_set_{_stem(op)}")(dtype, variant[1], pointer)
     elif op in ("cpu_linear", "cpu_rotary_embedding"):  # (dtype,)
-        getattr(_library, f"ascendtile_set_{op.removeprefix('cpu_')}")(dtype, pointer)
+        getattr(_library, f"ascendtile_set_{_stem(op)}")(dtype, pointer)
     else:
         raise ValueError(f"op: no C++ body for {op!r}")
 
@@ -95,7 +101,7 @@ def load_op(op: str, source: str, cache_dir: str, argtypes: list, variants: list
     """An op's load(): the library, then op's kernel variants (build.load_variants of `source`, the
     library named after op without its `cpu_` prefix, entry points into `kernels`), each put into
     op's table; False where either cannot be built here."""
-    if library(cache_dir) is None or not build.load_variants(op.removeprefix("cpu_"), source, cache_dir, argtypes,
+    if library(cache_dir) is None or not build.load_variants(_stem(op), source, cache_dir, argtypes,
                                                              variants, kernels):
         return False
     for variant in variants:
@@ -108,7 +114,7 @@ def calls_attribute(op: str) -> Callable[[str], int]:
     def module_getattr(name: str) -> int:
         if name == "calls":
             return calls(op)
-        raise AttributeError(f"module has no attribute {name!r}")
+        raise AttributeError(f"module 'ascendtile.cpu.{_stem(op)}' has no attribute {name!r}")
     return module_getattr
 
 
@@ -116,5 +122,5 @@ def not_loaded(op: str) -> Callable[..., None]:
     """op's Python fallback, registered for CompositeExplicitAutograd: until the library loads, a
     call says so (once it does, the dispatcher picks the C++ body, registered for CPU)."""
     def fallback(*args, **kwargs) -> None:
-        raise RuntimeError(f"{op}: no kernel is loaded in this process (ascendtile.cpu.{op.removeprefix('cpu_')}.load)")
+        raise RuntimeError(f"{op}: no kernel is loaded in this process (ascendtile.cpu.{_stem(op)}.load)")
     return fallback
