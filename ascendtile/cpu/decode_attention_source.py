@@ -1,18 +1,75 @@
 """The C++ source of the CPU decode attention (decode_attention.py). One work item is one sequence
 with all its KV heads (each block's rows one run of memory), or one KV head of it when there are
 fewer than two sequences per thread. Each KV head's G = heads / kv_heads query rows, fp32, are
-scored against each visible key row, read once in its cache dtype and widened; the G products of
-8 keys are summed by a shuffle tree into one vector of 8 scores (no horizontal sum per key); a
-max-subtracted softmax with a vector exp (Cephes' polynomial, ~1 ulp); then the value rows, again
-read once each, are added into G fp32 accumulators. Keys whose block id is outside [0, num_blocks), beyond the sequence's
-length or outside the sliding window are never read, so unused slots may hold anything. A row
-with no visible key, or with a NaN or infinite score, is written as zeros, as the traceable form's
-softmax followed by nan_to_num gives. 256-bit GCC vector extensions over vector_source.py's
-prelude: AVX2 code on x86 with build.X86_VECTOR_FLAGS, whatever the target has elsewhere."""
+scored against each visible key row, read in its cache dtype (widened once into a tile unless fp32,
+which is read in place): 8 keys at a time, the head dim outer so the 8 sums are independent FMA
+chains, summed by one shuffle tree into one vector of 8 scores (no horizontal sum per key); a
+max-subtracted softmax with a vector exp (Cephes' polynomial, ~1 ulp); then the value rows are
+added into fp32 accumulators held in registers, blocks of up to 3 query rows by 4 vectors, so each
+value vector is read once per 3 rows. Against per-key sums into accumulators in memory this halved
+the kernel on cached rows (SmolLM2's heads, 1 thread, AVX2 EPYC: 41 -> 20 µs a 200-key sequence,
+bench/results/2026-11-29-cpu-decode-attention-registers.md); from DRAM it is bound by the reads.
+Keys whose block id is outside [0, num_blocks), beyond the sequence's length or outside the sliding
+window are never read, so unused slots may hold anything. A row with no visible key, or with a NaN
+or infinite score, is written as zeros, as the traceable form's softmax followed by nan_to_num
+gives. 256-bit GCC vector extensions over vector_source.py's prelude: AVX2 code on x86 with
+build.X86_VECTOR_FLAGS, whatever the target has elsewhere."""
 
 from ascendtile.cpu.vector_source import EXP8, PRELUDE
 
 SOURCE = PRELUDE + EXP8 + r'''
+// A zero row: the key rows of a last chunk of fewer than 8 keys (their scores are never stored).
+alignas(32) static const float ZERO_ROW[256] = {};
+
+// One query row's scores against 8 key rows (fp32, NV vectors each), in key order: the head dim
+// outer, so the 8 sums are independent FMA chains, then one shuffle tree.
+template <int NV>
+static inline v8 score8(const v8* q, const float* const* keys) {
+  v8 s[8] = {};
+  for (int c = 0; c < NV; ++c)
+    for (int k = 0; k < 8; ++k) s[k] += q[c] * load8(keys[k] + c * 8);
+  return __builtin_shuffle(sum8(s), POS);
+}
+
+// acc[r][c] = sum over the visible keys j of p[r][j] * value row j's vectors c0 + c, for R query
+// rows and CB vectors (<= 12 accumulators held in registers): each value row's CB vectors read
+// once for the R rows.
+template <typename T, int R, int CB>
+static void add_values(v8* acc, int64_t nv, const float* p, int64_t p_stride, const T* values, const int32_t* ids,
+                       int64_t start, int64_t len, int64_t block_size, int64_t num_blocks, int64_t c_sblk,
+                       int64_t c_sslot) {
+  v8 a[R][CB] = {};
+  for (int64_t blk = start / block_size; blk * block_size < len; ++blk) {
+    const int64_t id = ids[blk];
+    if (id < 0 || id >= num_blocks) continue;
+    const int64_t j0 = std::max(blk * block_size, start), j1 = std::min((blk + 1) * block_size, len);
+    const T* row = values + id * c_sblk + (j0 - blk * block_size) * c_sslot;
+    for (int64_t j = j0; j < j1; ++j, row += c_sslot) {
+      v8 v[CB];
+      for (int c = 0; c < CB; ++c) v[c] = load8(row + c * 8);
+      for (int r = 0; r < R; ++r) {
+        const v8 pr = splat(p[r * p_stride + j - start]);
+        for (int c = 0; c < CB; ++c) a[r][c] += pr * v[c];
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) for (int c = 0; c < CB; ++c) acc[r * nv + c] = a[r][c];
+}
+
+template <typename T, int R>
+static void add_values_rows(v8* acc, int64_t nv, const float* p, int64_t p_stride, const T* values,
+                            const int32_t* ids, int64_t start, int64_t len, int64_t block_size, int64_t num_blocks,
+                            int64_t c_sblk, int64_t c_sslot) {
+  // NV is even: blocks of 4 vectors, then one of 2; 2 only when rows are widened (4 spilled there)
+  constexpr int width = std::is_same<T, float>::value ? 4 : 2;
+  int64_t c = 0;
+  for (; c + width <= nv; c += width)
+    add_values<T, R, width>(acc + c, nv, p, p_stride, values + c * 8, ids, start, len, block_size, num_blocks, c_sblk,
+                            c_sslot);
+  if (c < nv)
+    add_values<T, R, 2>(acc + c, nv, p, p_stride, values + c * 8, ids, start, len, block_size, num_blocks, c_sblk, c_sslot);
+}
+
 template <typename T, int NV>  // NV: head dim / 8
 static void attend(T* out, const T* query, const T* key_cache, const T* value_cache, const int32_t* block_table,
                    const int32_t* seq_lens, int64_t batch, int64_t heads, int64_t kv_heads, int64_t num_blocks,
@@ -24,11 +81,13 @@ static void attend(T* out, const T* query, const T* key_cache, const T* value_ca
   // one KV head of it when there are too few sequences to keep the threads busy
   const int64_t chunks = batch >= 2 * threads ? 1 : kv_heads, per = kv_heads / chunks, rows_of_item = per * group;
   const float ninf = -std::numeric_limits<float>::infinity();
+  constexpr bool wide = std::is_same<T, float>::value;
   #pragma omp parallel num_threads(threads)
   {
     std::vector<v8> qv(rows_of_item * NV), acc(rows_of_item * NV);
     std::vector<float> scores;
-    v8 tile[8 * NV], part[8];
+    alignas(32) float tile[wide ? 1 : 8 * NV * 8];
+    const float* keys[8];
     #pragma omp for schedule(static)
     for (int64_t item = 0; item < batch * chunks; ++item) {
       const int64_t b = item / chunks, h0 = item % chunks * per;
@@ -62,17 +121,18 @@ static void attend(T* out, const T* query, const T* key_cache, const T* value_ca
         for (int64_t j = j0; j < j1; j += 8) {
           const int64_t m = std::min<int64_t>(8, j1 - j), slot = j - blk * block_size;
           for (int64_t kh = h0; kh < h0 + per; ++kh) {
-            const T* rows = key_cache + id * c_sblk + kh * c_sh;
-            for (int64_t k = 0; k < m; ++k)
-              for (int c = 0; c < NV; ++c) for (int l = 0; l < 8; ++l) tile[k * NV + c][l] = widen(rows[(slot + k) * c_sslot + c * 8 + l]);
-            for (int64_t r = (kh - h0) * group; r < (kh - h0 + 1) * group; ++r) {
-              const v8* qr = qv.data() + r * NV;
-              for (int64_t k = 0; k < 8; ++k) {
-                v8 s = {};
-                if (k < m) for (int c = 0; c < NV; ++c) s += qr[c] * tile[k * NV + c];
-                part[k] = s;
+            const T* rows = key_cache + id * c_sblk + kh * c_sh + slot * c_sslot;
+            for (int64_t k = 0; k < 8; ++k) {
+              if (k >= m) { keys[k] = ZERO_ROW; continue; }
+              if constexpr (wide) { keys[k] = (const float*)(rows + k * c_sslot); continue; }
+              for (int c = 0; c < NV; ++c) {
+                const v8 x = load8(rows + k * c_sslot + c * 8);
+                std::memcpy(tile + (k * NV + c) * 8, &x, 32);
               }
-              const v8 total = __builtin_shuffle(sum8(part), POS);
+              keys[k] = tile + k * NV * 8;
+            }
+            for (int64_t r = (kh - h0) * group; r < (kh - h0 + 1) * group; ++r) {
+              const v8 total = score8<NV>(qv.data() + r * NV, keys);
               float* dst = scores.data() + r * stride + (j - start);
               if (m == 8) std::memcpy(dst, &total, 32);
               else for (int64_t k = 0; k < m; ++k) dst[k] = total[k];
@@ -104,21 +164,16 @@ static void attend(T* out, const T* query, const T* key_cache, const T* value_ca
         const float inv = 1.f / total;
         for (int64_t j = 0; j < n; ++j) s[j] *= inv;
       }
-      std::fill(acc.begin(), acc.end(), v8{});
-      for (int64_t blk = start / block_size; blk * block_size < len; ++blk) {
-        const int64_t id = ids[blk];
-        if (id < 0 || id >= num_blocks) continue;
-        const int64_t j0 = std::max(blk * block_size, start), j1 = std::min((blk + 1) * block_size, len);
-        for (int64_t j = j0; j < j1; ++j) {
-          for (int64_t kh = h0; kh < h0 + per; ++kh) {
-            const T* row = value_cache + id * c_sblk + kh * c_sh + (j - blk * block_size) * c_sslot;
-            for (int c = 0; c < NV; ++c) for (int l = 0; l < 8; ++l) tile[c][l] = widen(row[c * 8 + l]);
-            for (int64_t r = (kh - h0) * group; r < (kh - h0 + 1) * group; ++r) {
-              const float p = scores[r * stride + (j - start)];
-              v8* a = acc.data() + r * NV;
-              for (int c = 0; c < NV; ++c) a[c] += p * tile[c];
-            }
-          }
+      // the value pass: per KV head, its query rows in register blocks of up to 3 rows x 4 vectors
+      for (int64_t kh = h0; kh < h0 + per; ++kh) {
+        const T* values = value_cache + kh * c_sh;
+        for (int64_t r = (kh - h0) * group; r < (kh - h0 + 1) * group; r += 3) {
+          const int64_t rows = std::min<int64_t>(3, (kh - h0 + 1) * group - r);
+          v8* a = acc.data() + r * NV;
+          const float* p = scores.data() + r * stride;
+          if (rows == 3) add_values_rows<T, 3>(a, NV, p, stride, values, ids, start, len, block_size, num_blocks, c_sblk, c_sslot);
+          else if (rows == 2) add_values_rows<T, 2>(a, NV, p, stride, values, ids, start, len, block_size, num_blocks, c_sblk, c_sslot);
+          else add_values_rows<T, 1>(a, NV, p, stride, values, ids, start, len, block_size, num_blocks, c_sblk, c_sslot);
         }
       }
       for (int64_t r = 0; r < rows_of_item; ++r) {

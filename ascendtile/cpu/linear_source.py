@@ -17,7 +17,6 @@ from ascendtile.cpu.vector_source import PRELUDE
 MAX_ROWS = 2  # the most rows a product of the kernel takes (dispatch returns 1 for more)
 
 SOURCE = PRELUDE + r'''
-typedef _Float16 h8 __attribute__((vector_size(16)));
 
 // 16 consecutive weight elements -> two fp32 vectors; bf16: the even elements, then the odd ones
 static inline void load16(const float* p, v8& a, v8& b) { std::memcpy(&a, p, 32); std::memcpy(&b, p + 8, 32); }

@@ -10,18 +10,8 @@ outside [0, rows) is left as it is."""
 from ascendtile.cpu.vector_source import PRELUDE
 
 SOURCE = PRELUDE + r'''
-typedef uint16_t u16x8 __attribute__((vector_size(16)));
 typedef uint16_t u16x16 __attribute__((vector_size(32)));
-typedef uint32_t u8v __attribute__((vector_size(32)));
-typedef _Float16 h8 __attribute__((vector_size(16)));
 
-static inline v8 load8(const float* p) { v8 v; std::memcpy(&v, p, 32); return v; }
-static inline v8 load8(const bf16_t* p) {
-  u16x8 h; std::memcpy(&h, p, 16);
-  const u8v w = __builtin_convertvector(h, u8v) << 16;
-  v8 v; std::memcpy(&v, &w, 32); return v;
-}
-static inline v8 load8(const _Float16* p) { h8 h; std::memcpy(&h, p, 16); return __builtin_convertvector(h, v8); }
 static inline void store8(v8 v, float* p) { std::memcpy(p, &v, 32); }
 static inline void store8(v8 v, bf16_t* p) {  // round to nearest even, NaN stays NaN (as narrow())
   u8v u; std::memcpy(&u, &v, 32);

@@ -1,8 +1,8 @@
 """C++ that the CPU kernels' sources share (decode_attention_source.py, unified_attention_source.py,
 linear_source.py, rotary_embedding_source.py), placed before each: 256-bit GCC vector types, the
-element types' widening to fp32 and rounding back (to nearest even, as torch's casts), and sum8, a
-shuffle tree that sums eight vectors' lanes at once; EXP8, the attention kernels' vector exp,
-follows it in theirs."""
+element types' widening to fp32 (one element, or eight into a vector) and rounding back (to nearest
+even, as torch's casts), and sum8, a shuffle tree that sums eight vectors' lanes at once; EXP8, the
+attention kernels' vector exp, follows it in theirs."""
 
 PRELUDE = r'''
 #include <algorithm>
@@ -27,6 +27,27 @@ static inline void narrow(float v, bf16_t* o) {  // round to nearest even, as to
   if ((u & 0x7fffffffu) > 0x7f800000u) { *o = bf16_t((u >> 16) | 0x40); return; }
   u += 0x7fffu + ((u >> 16) & 1u); *o = bf16_t(u >> 16);
 }
+
+typedef uint16_t u16x8 __attribute__((vector_size(16)));
+typedef uint32_t u8v __attribute__((vector_size(32)));
+typedef _Float16 h8 __attribute__((vector_size(16)));
+
+// 8 consecutive elements widened to fp32 in one vector
+static inline v8 load8(const float* p) { v8 v; std::memcpy(&v, p, 32); return v; }
+#if defined(__AVX2__)
+#include <immintrin.h>
+// one 256-bit zero extension (GCC 12 splits __builtin_convertvector's into two 128-bit halves)
+static inline v8 load8(const bf16_t* p) {
+  return (v8)_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p)), 16));
+}
+#else
+static inline v8 load8(const bf16_t* p) {
+  u16x8 h; std::memcpy(&h, p, 16);
+  const u8v w = __builtin_convertvector(h, u8v) << 16;
+  v8 v; std::memcpy(&v, &w, 32); return v;
+}
+#endif
+static inline v8 load8(const _Float16* p) { h8 h; std::memcpy(&h, p, 16); return __builtin_convertvector(h, v8); }
 
 // a broadcast: `(v8){} + x` had cost a scalar add before each (0 + x is not x for x = -0)
 static inline v8 splat(float x) { return (v8){x, x, x, x, x, x, x, x}; }
