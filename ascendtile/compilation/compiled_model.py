@@ -1,5 +1,7 @@
 """CompiledModel: a RuntimeModel whose forward runs compiled at the config's level; every other
-attribute (compute_logits, allocate_kv_cache, ...) is the wrapped model's.
+attribute (allocate_kv_cache, ...) is the wrapped model's, and so is compute_logits, except that
+with CPU level 2's decode graph a head product of few rows runs in the decode graph's C++ linear
+kernel (compute_logits below).
 
 Level 1 is torch.compile with Dynamo's defaults: its guards run every call, a changed size or
 metadata int first seen static recompiles, and (fullgraph off, as by default) past Dynamo's
@@ -38,9 +40,10 @@ from ascendtile.compilation.backend import AscendBackend
 from ascendtile.compilation.config import CompilationConfig, CompilationLevel
 from ascendtile.compilation.direct_call import capturing_bytecode
 from ascendtile.compilation.piece_capture import CaptureSpec
+from ascendtile.cpu import linear as cpu_linear
 from ascendtile.model.attention_metadata import AttentionMetadata
 from ascendtile.model.layers import int4pack
-from ascendtile.model.layers.linear import PackedWeight
+from ascendtile.model.layers.linear import PackedWeight, few_rows_kernel
 from ascendtile.ops._registry import trusted_calls
 
 
@@ -64,6 +67,7 @@ class CompiledModel:
         self._decode_codes: list[Callable] = []  # every compile's, in order
         # decode steps that went through Dynamo (guards evaluated) / straight to a captured entry
         self.decode_calls = {"guarded": 0, "direct": 0}
+        self._head_in_kernel: bool | None = None  # decided at the first compute_logits (_few_rows_head)
 
     def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor, attn_metadata: AttentionMetadata) -> torch.Tensor:
         # A validated step's ops skip their validators inside the graph too (the eager model skips
@@ -130,6 +134,28 @@ class CompiledModel:
         finally:
             for cache in caches:
                 del cache._dynamo_static_indices, cache._has_dynamo_dim_marking
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The wrapped model's logits. With CPU level 2's decode graph, a head product of at most
+        cpu_linear.MAX_ROWS rows (single stream, two sequences) runs in cpu_linear's C++ kernel, as
+        the decode graph's linears do: it reads the head's weight once at close to the memory's
+        speed, where oneDNN's packed copy or aten read it slower (SmolLM2's 49,152 × 576 head, 2
+        threads, AVX2 EPYC, 2026-11-29: fp32 1 row 8.2–8.7 against 10.2 ms, bf16 1 row 3.8–3.9
+        against 6.0–6.3, 2 rows 2.6–3.5 against 8.2–10.3; bench/results/2026-11-29-few-rows-head.md)."""
+        if hidden.shape[0] <= cpu_linear.MAX_ROWS and self._few_rows_head():
+            with few_rows_kernel(torch.ops.ascendtile.cpu_linear.default):
+                return self.model.compute_logits(hidden)
+        return self.model.compute_logits(hidden)
+
+    def _few_rows_head(self) -> bool:
+        """Whether the head's products of few rows run in cpu_linear's kernel: with the decode graph,
+        whose linears build the kernel, for a float head weight it serves."""
+        if self._head_in_kernel is None:
+            weight = self.model.head_weight
+            self._head_in_kernel = (self.decode_backend is not None and weight is not None
+                                    and cpu_linear.supports(weight)
+                                    and cpu_linear.load(self.config.cache_dir, [weight.dtype]))
+        return self._head_in_kernel
 
     def __getattr__(self, name: str):
         return getattr(self.model, name)

@@ -21,6 +21,7 @@ from ascendtile.model.layers import int4pack
 from ascendtile.model.layers import linear as linear_module
 from ascendtile.runtime import LLM, SamplingParams
 from compilation import tiny
+from model.helpers import save_tiny
 
 PROMPTS = [[5, 9, 100, 7, 2, 33, 61], [11, 12], [40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57],
            [3], [90, 91, 92]]
@@ -163,7 +164,8 @@ def test_level_2_decode_graph_takes_the_onednn_packs(tmp_path, monkeypatch):
     the decode graph multiplies with one ascendtile::cpu_linear per linear, in place of the
     onednn_linear that traced, with its packed copy. Products of up to cpu_linear.MAX_ROWS rows (1
     here: dispatch.set_linear_max_rows) run the C++ kernel, more the packed product; the general graph keeps F.linear (Inductor
-    freezes and packs it at level 2). Logits equal eager's."""
+    freezes and packs it at level 2). The LM head (compiled.compute_logits) goes through the same op
+    for products of up to cpu_linear.MAX_ROWS rows. Logits equal eager's."""
     monkeypatch.setattr(linear_module, "ONEDNN_MIN_WEIGHT_ELEMENTS", 0)
     monkeypatch.setattr(linear_module, "cpu_vendor", lambda: "AuthenticAMD")
     model = load_model(tiny.save(tmp_path)).model
@@ -181,11 +183,30 @@ def test_level_2_decode_graph_takes_the_onednn_packs(tmp_path, monkeypatch):
         dispatch.set_linear_max_rows(cpu_linear.MAX_ROWS)
     linears = 4 * tiny.CONFIG.num_hidden_layers
     assert counts == {"general": [0], "decode": [linears]}
-    # the LM head (eager compute_logits) in each of the 4 steps, every linear of the decode step of 2
-    # sequences; the decode step of 1 sequence on the kernel
-    assert len(calls) == 4 + linears and cpu_linear.calls - kernel_calls == linears
+    # packed products: the LM head of the steps of 16, 2 (through cpu_linear's op, past the lowered
+    # row bound) and 3 rows, every linear of the decode step of 2 sequences; on the kernel: the
+    # decode step of 1 sequence and its LM head
+    assert len(calls) == 3 + linears and cpu_linear.calls - kernel_calls == linears + 1
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=0, atol=1e-5)
+
+
+def test_level_2_decode_graph_runs_a_tied_head_of_few_rows_on_the_kernel(tmp_path):
+    """compute_logits of a tied head (the embedding's weight, as SmolLM2's) over 1 and 2 rows runs
+    cpu_linear's kernel once a call with the decode graph on, over 3 rows does not; the logits equal
+    the wrapped model's own, a NaN row's too, on strided rows."""
+    config = tiny.CONFIG.to_dict() | {"tie_word_embeddings": True}
+    save_tiny(type(tiny.CONFIG).from_dict(config), tmp_path, randomize_norms=True)
+    model = load_model(str(tmp_path)).model
+    assert model.lm_head is None and model.head_weight is model.model.embed_tokens.weight
+    compiled = compile_model(model, CompilationConfig(level=2, use_inductor=False, cpu_decode_graph=True))
+    hidden = torch.randn(3, tiny.CONFIG.hidden_size + 16)[:, :tiny.CONFIG.hidden_size]
+    hidden[1, 5] = float("nan")
+    for rows, on_kernel in ((1, 1), (2, 1), (3, 0)):
+        calls = cpu_linear.calls
+        got = compiled.compute_logits(hidden[:rows])
+        assert cpu_linear.calls - calls == on_kernel, rows
+        torch.testing.assert_close(got, model.compute_logits(hidden[:rows]), rtol=1e-5, atol=1e-5, equal_nan=True)
 
 
 def test_level_2_decode_graph_retraces_for_other_cache_shapes(tmp_path):
@@ -230,7 +251,8 @@ def test_level_2_with_inductor(tiny_dir, eager_tokens, monkeypatch):
     few-row kernel once per linear and step of at most cpu_linear.MAX_ROWS sequences, as the C++
     attention kernel (ascendtile/cpu/decode_attention.py) runs once per layer and step. The general
     graph's rope and attention are C++ kernels of any batch (ascendtile/cpu/rotary_embedding.py,
-    unified_attention.py): once each per layer and step that is not a decode step."""
+    unified_attention.py): once each per layer and step that is not a decode step. The LM head of a
+    step that samples at most cpu_linear.MAX_ROWS sequences runs the few-row kernel too."""
     monkeypatch.setattr(linear_module, "ONEDNN_MIN_WEIGHT_ELEMENTS", 0)
     counts = _count_onednn_linears(monkeypatch)
     kernel_calls, linear_calls = cpu_decode_attention.calls, cpu_linear.calls
@@ -238,6 +260,9 @@ def test_level_2_with_inductor(tiny_dir, eager_tokens, monkeypatch):
     batches, run_decode = [], CompiledModel._run_decode
     monkeypatch.setattr(CompiledModel, "_run_decode",
                         lambda model, ids, *args: batches.append(ids.shape[0]) or run_decode(model, ids, *args))
+    heads, compute_logits = [], CompiledModel.compute_logits
+    monkeypatch.setattr(CompiledModel, "compute_logits",
+                        lambda model, hidden: heads.append(hidden.shape[0]) or compute_logits(model, hidden))
     llm, tokens = _generate(tiny_dir, {"level": 2, "cpu_decode_graph": True})
     assert counts == {"general": [0], "decode": [4 * tiny.CONFIG.num_hidden_layers] * 2}
     assert llm.engine.model.backend.num_compiles == 1
@@ -252,7 +277,9 @@ def test_level_2_with_inductor(tiny_dir, eager_tokens, monkeypatch):
     assert cpu_decode_attention.calls - kernel_calls == tiny.CONFIG.num_hidden_layers * steps
     few = sum(batch <= cpu_linear.MAX_ROWS for batch in batches)
     assert len(batches) == steps and 0 < few < steps
-    assert cpu_linear.calls - linear_calls == 4 * tiny.CONFIG.num_hidden_layers * few
+    few_heads = sum(rows <= cpu_linear.MAX_ROWS for rows in heads)
+    assert 0 < few_heads < len(heads)
+    assert cpu_linear.calls - linear_calls == 4 * tiny.CONFIG.num_hidden_layers * few + few_heads
     general = llm.last_stats.num_steps - steps
     assert general > 0
     assert (cpu_unified_attention.calls - general_calls[0], cpu_rotary_embedding.calls - general_calls[1]) == \

@@ -100,6 +100,14 @@ class CausalLM(nn.Module):
         """Flat token batch: input_ids [T] and positions [T] int64 -> hidden [T, hidden_size]."""
         return self.model(input_ids, positions, attn_metadata)
 
+    @property
+    def head_weight(self) -> torch.Tensor | None:
+        """The float weight [vocab share, hidden_size] compute_logits multiplies by (the embedding's
+        when tied), or None for a quantized head."""
+        if self.lm_head is None:
+            return self.model.embed_tokens.weight
+        return self.lm_head.weight if self.lm_head.kind == "float" else None
+
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [N, hidden_size] -> fp32 logits [N, vocab_size]."""
         if self.lm_head is None:

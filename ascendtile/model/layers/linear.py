@@ -25,8 +25,11 @@ W4A16: no weight; qweight uint8 [N, K/2] (4-bit values, two per byte), scales an
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import copy
 from dataclasses import dataclass
+from typing import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -139,6 +142,23 @@ def few_rows_take_aten(x: torch.Tensor) -> bool:
             and cpu_vendor() == "GenuineIntel")
 
 
+# The op eager float products call within few_rows_kernel (None outside it).
+_few_rows_op: contextvars.ContextVar[Callable | None] = contextvars.ContextVar("few_rows_op", default=None)
+
+
+@contextlib.contextmanager
+def few_rows_kernel(op: Callable) -> Iterator[None]:
+    """Within it, eager float products (float_linear) call op(x, weight, packed copy or None, bias),
+    an op of `torch.ops.ascendtile.cpu_linear`'s signature, instead of choosing themselves. A caller
+    that knows the op serves its products sets it: compilation/compiled_model.py around the LM head
+    of a few rows, where the op's C++ kernel reads the weight once at close to the memory's speed."""
+    token = _few_rows_op.set(op)
+    try:
+        yield
+    finally:
+        _few_rows_op.reset(token)
+
+
 def float_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                  packed: PackedWeight | None) -> torch.Tensor:
     """x·weightᵀ + bias, through the packed copy when it is still the weight's (onednn_linear's
@@ -156,7 +176,12 @@ def float_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     constants (compilation/freeze.py).
 
     CPU level 2's decode graph (int4pack.in_guarded_graph) calls the packed copy through
-    onednn_linear: that graph is not frozen, and Inductor lowers F.linear to aten's matmul."""
+    onednn_linear: that graph is not frozen, and Inductor lowers F.linear to aten's matmul.
+    Within few_rows_kernel, an eager product calls that context's op."""
+    few_rows_op = None if torch.compiler.is_compiling() else _few_rows_op.get()  # Dynamo cannot trace get()
+    if few_rows_op is not None:
+        current = packed is not None and packed.usable_for(weight, x)
+        return few_rows_op(x, weight, packed.packed if current else None, bias)
     if packed is not None and packed.usable_for(weight, x):
         if torch.compiler.is_compiling():
             return torch.ops.ascendtile.onednn_linear.default(x, weight, packed.packed, bias)
