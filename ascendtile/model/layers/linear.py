@@ -178,11 +178,11 @@ def float_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     CPU level 2's decode graph (int4pack.in_guarded_graph) calls the packed copy through
     onednn_linear: that graph is not frozen, and Inductor lowers F.linear to aten's matmul.
     Within few_rows_kernel, an eager product calls that context's op."""
+    current = packed is not None and packed.usable_for(weight, x)
     few_rows_op = None if torch.compiler.is_compiling() else _few_rows_op.get()  # Dynamo cannot trace get()
     if few_rows_op is not None:
-        current = packed is not None and packed.usable_for(weight, x)
         return few_rows_op(x, weight, packed.packed if current else None, bias)
-    if packed is not None and packed.usable_for(weight, x):
+    if current:
         if torch.compiler.is_compiling():
             return torch.ops.ascendtile.onednn_linear.default(x, weight, packed.packed, bias)
         return onednn_linear(x, weight, packed.packed, bias)
