@@ -92,6 +92,18 @@ def load_library(name: str, source: str, cache_dir: str, extra_flags: tuple[str,
     return ctypes.CDLL(str(path))
 
 
+def copy_library(built: Path, path: Path) -> None:
+    """Put a copy of the library file `built` at `path` (another cache_dir's place for the same
+    source, flags and compiler), unless one is there: a process that starts with that cache_dir
+    then loads it instead of building it."""
+    if path.is_file():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+        shutil.copy2(built, Path(tmp) / path.name)
+        os.replace(Path(tmp) / path.name, path)  # atomic, as a build's
+
+
 def entry_name(name: str, variant: tuple) -> str:
     """The entry point of `name`'s variant (dtype, *sizes): `unified_attention_bfloat16_64`."""
     dtype, *sizes = variant

@@ -9,8 +9,8 @@ calls two of these ops 151 times a SmolLM2 step, a general graph the other two 6
 The kernels stay in their own libraries (build.load_variants, no torch headers: ~1.4 s a build);
 this one includes torch's headers and links its libraries (13.8–14.2 s on that EPYC), so it is
 built once per cache and loaded once per process (the first cache_dir asked for: a second copy
-would register the ops again over kernel tables of its own). An op's load() puts each variant's
-entry point into its table (register)."""
+would register the ops again over kernel tables of its own; a later cache_dir gets a copy of the
+file). An op's load() puts each variant's entry point into its table (register)."""
 from __future__ import annotations
 
 import ctypes
@@ -42,9 +42,15 @@ def torch_flags() -> tuple[str, ...]:
 
 def library(cache_dir: str) -> ctypes.CDLL | None:
     """The op library, built into cache_dir (the first time in this process) and loaded, which
-    registers the ops' C++ bodies; None (with build's warning) where it cannot be built here."""
+    registers the ops' C++ bodies; None (with build's warning) where it cannot be built here. A
+    later cache_dir gets a copy of the loaded file, so that a cache_dir holds every library its
+    compiles used: a test's second process on a cache_dir of its own rebuilt it (~16 s)."""
     global _library
-    if _library is None:
+    if _library is not None:
+        path = build.library_path("dispatch", _source(), cache_dir, torch_flags())
+        if path is not None:
+            build.copy_library(Path(_library._name), path)
+    else:
         _library = build.load_library("dispatch", _source(), cache_dir, torch_flags())
         if _library is not None:
             _library.ascendtile_dtype_index.argtypes = [ctypes.c_char_p]

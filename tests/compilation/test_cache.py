@@ -19,6 +19,8 @@ import torch
 from torch._dynamo.utils import counters
 
 from ascendtile.compilation import CompilationConfig, compile_model
+from ascendtile.compilation.config import default_cache_dir
+from ascendtile.cpu import dispatch
 from ascendtile.model import load_model
 from compilation import tiny
 
@@ -33,13 +35,15 @@ import json, sys
 import torch
 from torch._dynamo.utils import counters
 from ascendtile.compilation import CompilationConfig, compile_model
+from ascendtile.cpu import build
 from ascendtile.model import load_model
 from compilation import tiny
 torch.set_num_threads(int(sys.argv[3]))
 model = load_model(tiny.save(sys.argv[1])).model
 compiled = compile_model(model, CompilationConfig(level=3, cache_dir=sys.argv[2]))
 tiny.run_steps(model, compiled)
-print(json.dumps(dict(counters["inductor"], pieces=len(compiled.backend.splits[0].pieces))))
+print(json.dumps(dict(counters["inductor"], pieces=len(compiled.backend.splits[0].pieces),
+                      cpp_builds=build.compiler_runs)))
 """
 
 
@@ -48,6 +52,8 @@ def filled_cache(tmp_path_factory) -> Path:
     """A cache_dir holding the tiny Llama's (seed 0) level-3 pieces, compiled here with every piece a
     miss."""
     root = tmp_path_factory.mktemp("fx_cache")
+    # as in a whole run, this process loads the CPU ops' library from its default cache_dir first
+    assert dispatch.library(default_cache_dir()) is not None
     before = Counter(counters["inductor"])
     model = load_model(tiny.save(root / "model", seed=0)).model
     compiled = compile_model(model, CompilationConfig(level=3, cache_dir=str(root / "cache")))
@@ -69,6 +75,9 @@ def test_second_process_hits_the_fx_graph_cache(filled_cache):
     assert done.returncode == 0, done.stderr[-3000:]
     second = Counter(json.loads(done.stdout.strip().splitlines()[-1]))
     assert second["pieces"] == 3 and second["fxgraph_cache_hit"] == 3 and not second["fxgraph_cache_miss"]
+    # nor does it build a C++ library: the cache_dir holds the CPU ops' library too, even where
+    # this process had loaded it from another cache_dir first (cpu/dispatch.py)
+    assert second["cpp_builds"] == 0
 
 
 @pytest.mark.slow  # the fixture's Inductor compile, then the same pieces read back for other weights

@@ -2,6 +2,8 @@
 calls take, loaded once per process, and the table and row-bound setters refusing what they cannot
 serve. What each body computes and how it fails on bad operands: the op's own test file
 (test_decode_attention.py, test_unified_attention.py, test_linear.py, test_rotary_embedding.py)."""
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -41,11 +43,17 @@ def test_a_packed_weight_reaches_the_cpp_body(monkeypatch):
     assert cl.calls == calls + 1
 
 
-def test_loaded_once_per_process(tmp_path):
-    """Another cache_dir gets the library already loaded: nothing is built, the tables stay."""
+def test_loaded_once_per_process_and_copied_into_another_cache_dir(tmp_path):
+    """Another cache_dir gets the library already loaded: nothing is built, the tables stay, and
+    that cache_dir now holds the same file, where a process starting with it finds it."""
     runs, library = build.compiler_runs, dispatch.library(default_cache_dir())
     assert dispatch.library(str(tmp_path)) is library and build.compiler_runs == runs
-    assert not (tmp_path / "cpu").exists()
+    copies = list((tmp_path / "cpu").iterdir())
+    assert [p.name for p in copies] == [Path(library._name).name]
+    assert copies[0].read_bytes() == Path(library._name).read_bytes()
+    assert copies[0] == build.library_path("dispatch", dispatch._source(), str(tmp_path), dispatch.torch_flags())
+    before = copies[0].stat().st_mtime_ns
+    assert dispatch.library(str(tmp_path)) is library and copies[0].stat().st_mtime_ns == before  # kept, not recopied
 
 
 def test_setters_refuse_what_they_cannot_serve():
