@@ -95,13 +95,18 @@ def load_library(name: str, source: str, cache_dir: str, extra_flags: tuple[str,
 def copy_library(built: Path, path: Path) -> None:
     """Put a copy of the library file `built` at `path` (another cache_dir's place for the same
     source, flags and compiler), unless one is there: a process that starts with that cache_dir
-    then loads it instead of building it."""
+    then loads it instead of building it. A copy that fails (a read-only or full cache_dir) only
+    warns: this process has the library loaded, and that one would build it."""
     if path.is_file():
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
-        shutil.copy2(built, Path(tmp) / path.name)
-        os.replace(Path(tmp) / path.name, path)  # atomic, as a build's
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+            shutil.copy2(built, Path(tmp) / path.name)
+            os.replace(Path(tmp) / path.name, path)  # atomic, as a build's
+    except OSError as exc:
+        warnings.warn(f"ascendtile.cpu: could not copy {built.name} into {path.parent}: {exc}", RuntimeWarning,
+                      stacklevel=2)
 
 
 def entry_name(name: str, variant: tuple) -> str:

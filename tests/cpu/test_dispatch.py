@@ -54,6 +54,9 @@ def test_loaded_once_per_process_and_copied_into_another_cache_dir(tmp_path):
     assert copies[0] == build.library_path("dispatch", dispatch._source(), str(tmp_path), dispatch.torch_flags())
     before = copies[0].stat().st_mtime_ns
     assert dispatch.library(str(tmp_path)) is library and copies[0].stat().st_mtime_ns == before  # kept, not recopied
+    (tmp_path / "file").write_text("")  # a cache_dir that cannot be made: a warning, the library stays loaded
+    with pytest.warns(RuntimeWarning, match=f"could not copy dispatch-.*into {tmp_path / 'file' / 'cpu'}"):
+        assert dispatch.library(str(tmp_path / "file")) is library
 
 
 def test_setters_refuse_what_they_cannot_serve():
