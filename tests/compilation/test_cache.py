@@ -35,15 +35,13 @@ import json, sys
 import torch
 from torch._dynamo.utils import counters
 from ascendtile.compilation import CompilationConfig, compile_model
-from ascendtile.cpu import build
 from ascendtile.model import load_model
 from compilation import tiny
 torch.set_num_threads(int(sys.argv[3]))
 model = load_model(tiny.save(sys.argv[1])).model
 compiled = compile_model(model, CompilationConfig(level=3, cache_dir=sys.argv[2]))
 tiny.run_steps(model, compiled)
-print(json.dumps(dict(counters["inductor"], pieces=len(compiled.backend.splits[0].pieces),
-                      cpp_builds=build.compiler_runs)))
+print(json.dumps(dict(counters["inductor"], pieces=len(compiled.backend.splits[0].pieces))))
 """
 
 
@@ -70,14 +68,17 @@ def filled_cache(tmp_path_factory) -> Path:
 def test_second_process_hits_the_fx_graph_cache(filled_cache):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS.parent), str(TESTS)]))
     env.pop("TORCHINDUCTOR_CACHE_DIR", None)  # only the config may point Inductor at the cache
+    libraries = filled_cache / "cache" / "cpu"
+    held = set(libraries.glob("*.so"))
     done = subprocess.run([sys.executable, "-c", SCRIPT, str(filled_cache / "model"), str(filled_cache / "cache"),
                            str(torch.get_num_threads())], env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     second = Counter(json.loads(done.stdout.strip().splitlines()[-1]))
     assert second["pieces"] == 3 and second["fxgraph_cache_hit"] == 3 and not second["fxgraph_cache_miss"]
-    # nor does it build a C++ library: the cache_dir holds the CPU ops' library too, even where
-    # this process had loaded it from another cache_dir first (cpu/dispatch.py)
-    assert second["cpp_builds"] == 0
+    # nor does it build the CPU ops' library: the cache_dir holds it too, although this process had
+    # loaded it from another cache_dir first (cpu/dispatch.py). (A kernel library may be built: one
+    # whose variants this process had loaded from another cache_dir is a library of other variants.)
+    assert not [p.name for p in set(libraries.glob("*.so")) - held if p.name.startswith("dispatch-")]
 
 
 @pytest.mark.slow  # the fixture's Inductor compile, then the same pieces read back for other weights
