@@ -14,6 +14,7 @@ file). An op's load() puts each variant's entry point into its table (register).
 from __future__ import annotations
 
 import ctypes
+import functools
 from collections.abc import Callable
 from pathlib import Path
 
@@ -47,9 +48,7 @@ def library(cache_dir: str) -> ctypes.CDLL | None:
     compiles used: a test's second process on a cache_dir of its own rebuilt it (~16 s)."""
     global _library
     if _library is not None:
-        path = build.library_path("dispatch", _source(), cache_dir, torch_flags())
-        if path is not None:
-            build.copy_library(Path(_library._name), path)
+        _copy_loaded_into(cache_dir)
     else:
         _library = build.load_library("dispatch", _source(), cache_dir, torch_flags())
         if _library is not None:
@@ -61,6 +60,16 @@ def library(cache_dir: str) -> ctypes.CDLL | None:
             _library.ascendtile_set_linear_max_rows.argtypes = [ctypes.c_int64]
             _library.ascendtile_calls.argtypes, _library.ascendtile_calls.restype = [ctypes.c_char_p], ctypes.c_int64
     return _library
+
+
+@functools.lru_cache(maxsize=None)
+def _copy_loaded_into(cache_dir: str) -> None:
+    """Once per process and cache_dir (as load_library builds): the loaded library's file copied
+    there. Its path hashes the source and asks for torch's flags, ~0.2 ms, and ops' loads call
+    library() once per node of a graph being compiled."""
+    path = build.library_path("dispatch", _source(), cache_dir, torch_flags())
+    if path is not None:
+        build.copy_library(Path(_loaded()._name), path)
 
 
 def _loaded() -> ctypes.CDLL:
