@@ -75,7 +75,7 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     host.add_argument("--steps", type=int, default=20, help="decode steps timed per batch size")
     host.add_argument("--forward", choices=("stub", "hollow"), default="stub",
                       help="stub: the model returns preallocated outputs; hollow: the default model's layers at "
-                           "negligible widths, so the 'forward' stage is a real forward's host cost")
+                           "small widths, so the 'forward' stage is mostly a real forward's host cost")
     host.add_argument("--compilation-level", type=int, choices=(0, 1, 2, 3), default=0,
                       help="with --forward hollow: the forward's compilation level (compiles before the timed steps)")
     host.set_defaults(func=_route("host_overhead"))

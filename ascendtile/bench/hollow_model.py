@@ -1,8 +1,10 @@
 """The hollow model of `ascendtile bench host --forward hollow`: the default model's architecture and
 layer count (SmolLM2: 30 Llama layers, every op of a real forward) with every width shrunk so the
-arithmetic is negligible. A step then costs what a forward costs the host: Python, op dispatch,
+arithmetic is small. A step then costs mostly what a forward costs the host: Python, op dispatch,
 and at compilation level >= 1 Dynamo's and Inductor's call path, which is the per-step overhead
-issue 15 bounds. Weights are random (the tokens are never looked at)."""
+issue 15 bounds. Small is not nothing at batch 32: on one thread of a 2-core AVX2 EPYC the products
+and the attention over 60 cached keys were ~1.8 ms of work a step
+(bench/results/2026-11-29-host-step-floor.md). Weights are random (the tokens are never looked at)."""
 from __future__ import annotations
 
 import dataclasses

@@ -12,8 +12,8 @@ prompts: median ~7, 10 % past 128, up to ~660), the last also with repetition an
 penalties.
 
 `--forward hollow [--compilation-level N]` swaps the stub for the hollow model
-(bench/hollow_model.py: the default model's 30 layers at widths where arithmetic is negligible),
-greedy only, and adds the `forward` stage: the host cost of one real forward at that compilation
+(bench/hollow_model.py: the default model's 30 layers at widths where arithmetic is small),
+greedy only, and adds the `forward` stage: mostly the host cost of one real forward at that compilation
 level (Python, op dispatch, Dynamo/Inductor call path), which issue 15 bounds at 1 ms per compiled
 decode step at batch 32.
 """

@@ -1,5 +1,5 @@
 """`ascendtile bench host --quick` times the runtime's per-step CPU work with the model stubbed
-out and reports every stage; `--forward hollow` runs the real model code at negligible widths and
+out and reports every stage; `--forward hollow` runs the real model code at small widths and
 times its forward as a stage of its own. Timings are never asserted."""
 import json
 
