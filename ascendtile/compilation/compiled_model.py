@@ -26,6 +26,15 @@ eager decode does; the general graph runs their exact op. Those three are the va
 differ in: the first step of each variant goes through Dynamo with its guards evaluated, and the
 variant's later steps call the bytecode of the entry that served it, with no guard evaluation
 (direct_call.py; `decode_calls` counts both kinds).
+
+On a CPU with AMX, a bf16 model's decode graph for batches over one freezes its weights as the
+general graph does and leaves its linears to Inductor's CPP GEMM template, whose AMX kernels read
+the weights at close to the memory's speed at decode batch sizes where oneDNN's products run at
+about half the GEMM roof (a bf16 SmolLM2 decode step at batch 32: 30-36 against 43-48 ms;
+bench/results/2026-11-29-amx-vs-vllm.md). The price: a longer compile (Inductor times each
+product shape's kernels, and a frozen graph bypasses the FX graph cache: SmolLM2's level-2 compiles
+took 121 s against 58-60 s from a warm cache), and the weights' bytes once more in memory. The
+batch-of-one graph keeps cpu_linear's kernel.
 """
 from __future__ import annotations
 
@@ -43,8 +52,9 @@ from ascendtile.compilation.piece_capture import CaptureSpec
 from ascendtile.cpu import linear as cpu_linear
 from ascendtile.model.attention_metadata import AttentionMetadata
 from ascendtile.model.layers import int4pack
-from ascendtile.model.layers.linear import PackedWeight, few_rows_kernel
+from ascendtile.model.layers.linear import Linear, PackedWeight, few_rows_kernel
 from ascendtile.ops._registry import trusted_calls
+from ascendtile.platform import cpu_has_amx
 
 
 class CompiledModel:
@@ -58,6 +68,9 @@ class CompiledModel:
         self.decode_backend = (AscendBackend(config, device_type, decode=True)
                                if device_type == "cpu" and config.level == CompilationLevel.DYNAMO_ONCE
                                and config.cpu_decode_graph else None)
+        # bf16 weights on an AMX CPU: the decode graph of batches over one freezes them and leaves
+        # its linears to Inductor's CPP GEMM template (AscendBackend.template_linears)
+        self._template_linears = self.decode_backend is not None and cpu_has_amx() and _float_bf16_linears(model)
         self._decode_method = _own_code(model.forward)
         self._decode_forward: Callable | None = None
         self._attention_layers: list[nn.Module] | None = None
@@ -112,6 +125,7 @@ class CompiledModel:
             self.decode_calls["direct"] += 1
             return direct(self.model, input_ids, positions, attn_metadata)
         self.decode_calls["guarded"] += 1
+        self.decode_backend.template_linears = self._template_linears and batch > 1
         if self._decode_forward is None:
             self._decode_forward = torch.compile(self._decode_method, backend=self.decode_backend,
                                                  fullgraph=True, dynamic=True)
@@ -175,6 +189,12 @@ class CompiledModel:
                 f"{self.backend.num_compiles} compile(s){f' ({pieces} pieces)' if pieces else ''}"
                 f"{f' + {decode.num_compiles} of the decode graph' if decode is not None else ''}, "
                 f"{self.compile_seconds:.1f} s")
+
+
+def _float_bf16_linears(model: nn.Module) -> bool:
+    """Whether every Linear of the model has a float bf16 weight (none W8A8 or W4A16)."""
+    linears = [module for module in model.modules() if isinstance(module, Linear)]
+    return bool(linears) and all(linear.kind == "float" and linear.weight.dtype == torch.bfloat16 for linear in linears)
 
 
 def _prepacked_tensors(model: nn.Module) -> list[torch.Tensor]:
