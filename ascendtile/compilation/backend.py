@@ -108,7 +108,8 @@ class AscendBackend:
         return compiled if kept is None else taking_kept_inputs(compiled, kept)
 
     def _decompose(self, gm: fx.GraphModule) -> None:
-        decompose_to_references(gm, self.decode, self.config.cache_dir, frozen_linears=self.decode and self.template_linears)
+        decompose_to_references(gm, self.decode, self.config.cache_dir,
+                                frozen_linears=self.decode and self.template_linears)
         if self.decode:
             self.opaque_ops.append([name for name in map(ascend_op, gm.graph.nodes) if name])
 
