@@ -4,11 +4,13 @@ token count, batch size, block-table width and max_seqlen ints (prefill, mixed, 
 to 1 sequences); over an int8 KV cache too (its scale caches are graph inputs beside the caches).
 CPU level 2's decode graph (compiled_model.py, opt-in: cpu_decode_graph) traces once too and leaves
 no opaque op over float caches (only the int8 KV write and attention over int8 ones); it retraces for caches of another
-shape and leaves no static mark on them."""
+shape and leaves no static mark on them. On an AMX CPU its bf16 form frozen for Inductor's GEMM template serves every
+batch size over one and matches the unfrozen one."""
 import pytest
 import torch
 
 from ascendtile.compilation import CompilationConfig, CompiledModel, compile_model
+from ascendtile.compilation import compiled_model as compiled_model_module
 from ascendtile.compilation.backend import AscendBackend
 from ascendtile.compilation.config import default_cache_dir
 from ascendtile.cpu import decode_attention as cpu_decode_attention
@@ -19,6 +21,7 @@ from ascendtile.cpu import unified_attention as cpu_unified_attention
 from ascendtile.model import load_model
 from ascendtile.model.layers import int4pack
 from ascendtile.model.layers import linear as linear_module
+from ascendtile.platform import cpu_has_amx
 from ascendtile.runtime import LLM, SamplingParams
 from compilation import tiny
 from model.helpers import save_tiny
@@ -285,3 +288,27 @@ def test_level_2_with_inductor(tiny_dir, eager_tokens, monkeypatch):
     assert (cpu_unified_attention.calls - general_calls[0], cpu_rotary_embedding.calls - general_calls[1]) == \
         (tiny.CONFIG.num_hidden_layers * general,) * 2
     assert tokens == eager_tokens
+
+
+@pytest.mark.skipif(not cpu_has_amx(), reason="no AMX: a bf16 decode graph keeps its weights as inputs")
+@pytest.mark.slow  # two bf16 LLMs at level 2 with the decode graph, one autotuning its products
+def test_bf16_decode_graph_in_the_gemm_template_serves_every_batch_size(tiny_dir, monkeypatch):
+    """On an AMX CPU the bf16 decode graph frozen for Inductor's GEMM template serves the batches of
+    4 down to 2 from one compile, its later steps called without guards, and gives the tokens and
+    logprobs of the decode graph that keeps its weights as inputs."""
+    def generate():
+        llm = LLM(tiny_dir, dtype=torch.bfloat16, max_model_len=256, max_num_seqs=4, num_kv_blocks=64,
+                  compilation_config={"level": 2, "cpu_decode_graph": True})
+        params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True, logprobs=1) for n in MAX_TOKENS]
+        return llm, [o.outputs[0] for o in llm.generate(PROMPTS, params, use_tqdm=False)]
+
+    template, got = generate()
+    monkeypatch.setattr(compiled_model_module, "cpu_has_amx", lambda: False)
+    plain, want = generate()
+    assert template.engine.model.decode_backend.templated_kernels == [4 * tiny.CONFIG.num_hidden_layers, 0]
+    assert plain.engine.model.decode_backend.templated_kernels == [0]
+    assert template.engine.model.decode_calls["direct"] >= 60
+    for a, b in zip(got, want):
+        assert a.token_ids == b.token_ids
+        for step_a, step_b, token in zip(a.logprobs, b.logprobs, a.token_ids):
+            assert step_a[token] == pytest.approx(step_b[token], abs=1e-3)
