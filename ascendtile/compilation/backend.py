@@ -79,14 +79,14 @@ class AscendBackend:
     def _inductor(self, gm: fx.GraphModule, example_inputs: list, freeze: bool = False) -> Callable:
         """freeze: fold the weights in as constants (freeze.py); example_inputs must then be the
         real inputs, which only the whole graph's are (a piece's are fake)."""
-        kept = None
+        kept, template = None, self.decode and freeze  # a frozen decode graph: its linears to the GEMM template
         if freeze:
             gm, kept = lift_parameters(gm, example_inputs)
             example_inputs = [example_inputs[i] for i in kept]
             if not cpu_has_bf16_dot():
                 self.widened_linears.append(widen_bf16_linears(gm))
         if self.device_type == "cpu":
-            self._decompose(gm)
+            self._decompose(gm, frozen_linears=template)
         import torch._inductor.config as inductor_config
         from torch._inductor.compile_fx import compile_fx
         from torch._inductor.runtime.cache_dir_utils import temporary_cache_dir
@@ -97,7 +97,6 @@ class AscendBackend:
         # cache keys are the same in every process (cache_key.py).
         from torch._dynamo.utils import counters
 
-        template = self.decode and freeze
         before = counters["inductor"]["cpp_templated_kernel_counter"]
         with temporary_cache_dir(self.config.cache_dir), \
                 inductor_config.patch(freezing=freeze, **(GEMM_TEMPLATE if template else {})), \
@@ -107,9 +106,8 @@ class AscendBackend:
             self.templated_kernels.append(counters["inductor"]["cpp_templated_kernel_counter"] - before)
         return compiled if kept is None else taking_kept_inputs(compiled, kept)
 
-    def _decompose(self, gm: fx.GraphModule) -> None:
-        decompose_to_references(gm, self.decode, self.config.cache_dir,
-                                frozen_linears=self.decode and self.template_linears)
+    def _decompose(self, gm: fx.GraphModule, frozen_linears: bool = False) -> None:
+        decompose_to_references(gm, self.decode, self.config.cache_dir, frozen_linears)
         if self.decode:
             self.opaque_ops.append([name for name in map(ascend_op, gm.graph.nodes) if name])
 
