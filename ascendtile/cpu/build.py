@@ -28,6 +28,9 @@ import torch
 
 BASE_FLAGS = ("-O3", "-std=c++17", "-fopenmp", "-shared", "-fPIC")
 X86_VECTOR_FLAGS = ("-mavx2", "-mfma", "-mf16c")
+# a kernel with AMX tile products (amx_source.py), on CPUs with AMX and AVX-512 BF16 (every AMX CPU
+# has both): its library is a file of its own, as the flags are part of the name
+AMX_FLAGS = ("-mamx-tile", "-mamx-bf16", "-mavx512f", "-mavx512bf16")
 # the element types a kernel variant can take: their C types in vector_source.py's prelude, which
 # widen / narrow serve
 C_TYPES = {torch.float32: "float", torch.bfloat16: "bf16_t", torch.float16: "_Float16"}
@@ -41,6 +44,12 @@ def compile_flags() -> tuple[str, ...]:
     AVX-512 kernels."""
     vector = platform.machine() in ("x86_64", "AMD64") and torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
     return BASE_FLAGS + (X86_VECTOR_FLAGS if vector else ())
+
+
+def amx_flags() -> tuple[str, ...]:
+    """AMX_FLAGS where this CPU has AMX tiles and AVX-512 BF16, else none."""
+    amx = torch.cpu._is_amx_tile_supported() and torch.cpu._is_avx512_bf16_supported()
+    return AMX_FLAGS if amx else ()
 
 
 @functools.lru_cache(maxsize=None)
@@ -116,11 +125,11 @@ def entry_name(name: str, variant: tuple) -> str:
 
 
 def load_variants(name: str, source: str, cache_dir: str, argtypes: list, variants: list[tuple],
-                  into: dict[tuple, ctypes._CFuncPtr]) -> bool:
+                  into: dict[tuple, ctypes._CFuncPtr], extra_flags: tuple[str, ...] = ()) -> bool:
     """Put the entry point of each variant (dtype, *sizes) of kernel `name` into `into`, typed with
     argtypes and an int status; those not there yet come from one library of `source` plus an
-    EXPORT(entry, C type, *sizes) line each. False (nothing put) where it cannot be built here;
-    ValueError for a dtype outside DTYPES."""
+    EXPORT(entry, C type, *sizes) line each, built with extra_flags. False (nothing put) where it
+    cannot be built here; ValueError for a dtype outside DTYPES."""
     unserved = sorted({str(v[0]) for v in variants if v[0] not in C_TYPES})
     if unserved:
         raise ValueError(f"variants: no kernel for the dtypes {unserved}; dtypes {DTYPES}")
@@ -129,7 +138,7 @@ def load_variants(name: str, source: str, cache_dir: str, argtypes: list, varian
         return True
     exports = "".join(f"EXPORT({', '.join([entry_name(name, v), C_TYPES[v[0]], *map(str, v[1:])])})\n"
                       for v in missing)
-    library = load_library(name, source + exports, cache_dir)
+    library = load_library(name, source + exports, cache_dir, extra_flags)
     if library is None:
         return False
     for variant in missing:

@@ -112,12 +112,13 @@ def calls(op: str) -> int:
     return 0 if _library is None else _library.ascendtile_calls(op.encode())
 
 
-def load_op(op: str, source: str, cache_dir: str, argtypes: list, variants: list[tuple], kernels: dict) -> bool:
-    """An op's load(): the library, then op's kernel variants (build.load_variants of `source`, the
-    library named after op without its `cpu_` prefix, entry points into `kernels`), each put into
-    op's table; False where either cannot be built here."""
+def load_op(op: str, source: str, cache_dir: str, argtypes: list, variants: list[tuple], kernels: dict,
+            extra_flags: tuple[str, ...] = ()) -> bool:
+    """An op's load(): the library, then op's kernel variants (build.load_variants of `source` with
+    extra_flags, the library named after op without its `cpu_` prefix, entry points into
+    `kernels`), each put into op's table; False where either cannot be built here."""
     if library(cache_dir) is None or not build.load_variants(_stem(op), source, cache_dir, argtypes,
-                                                             variants, kernels):
+                                                             variants, kernels, extra_flags):
         return False
     for variant in variants:
         register(op, variant, kernels[variant])

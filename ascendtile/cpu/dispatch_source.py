@@ -46,7 +46,7 @@ std::atomic<DecodeFn> decode_kernels[3][MAX_HEAD_DIM + 1];
 std::atomic<UnifiedFn> unified_kernels[3][MAX_HEAD_DIM + 1];
 std::atomic<LinearFn> linear_kernels[3];
 std::atomic<RopeFn> rope_kernels[3];
-std::atomic<int64_t> decode_calls{0}, unified_calls{0}, linear_calls{0}, rope_calls{0};
+std::atomic<int64_t> decode_calls{0}, unified_calls{0}, unified_tiled_calls{0}, linear_calls{0}, rope_calls{0};
 std::atomic<int64_t> linear_max_rows{@LINEAR_MAX_ROWS@};  // more rows: oneDNN or aten
 
 int dtype_index(at::ScalarType t) {
@@ -165,6 +165,7 @@ void cpu_unified_attention(const at::Tensor& out, const at::Tensor& query, const
                       " rows, got ", values.str(), "]");
   }
   unified_calls++;
+  unified_tiled_calls += status == 1;  // the kernel multiplied on AMX tiles
 }
 
 // linear.supports
@@ -283,6 +284,7 @@ extern "C" void ascendtile_set_linear_max_rows(int64_t rows) { linear_max_rows =
 extern "C" int64_t ascendtile_calls(const char* op) {
   if (std::strcmp(op, "cpu_decode_attention") == 0) return decode_calls.load();
   if (std::strcmp(op, "cpu_unified_attention") == 0) return unified_calls.load();
+  if (std::strcmp(op, "cpu_unified_attention:tiled") == 0) return unified_tiled_calls.load();
   if (std::strcmp(op, "cpu_linear") == 0) return linear_calls.load();
   if (std::strcmp(op, "cpu_rotary_embedding") == 0) return rope_calls.load();
   return -1;

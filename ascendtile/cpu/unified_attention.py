@@ -3,8 +3,8 @@ bringing one or more new tokens: prefills, prefill chunks, decode rows, mixed) o
 caches, as a C++ kernel (unified_attention_source.py) that CPU level 2's general graph calls in
 place of the `ascend` op's reference (compilation/decompose.py). The reference gathers each
 sequence's keys and values into padded fp32 copies and runs torch's fused attention over them; the
-kernel reads the rows from the cache once per tile of queries and multiplies with fp32 FMAs,
-skipping the keys a causal tile cannot see.
+kernel reads the rows from the cache once per tile of queries and multiplies with fp32 FMAs (bf16
+on an AMX CPU: AMX tiles, unified_attention_source.py), skipping the keys a causal tile cannot see.
 
 `cpu_unified_attention(out, query, key_cache, value_cache, block_table, cu_seqlens_q, seqused_k,
 scale, softcap, sliding_window)`: out [T, H, D] = attention of query [T, H, D] (sequence b's new
@@ -15,7 +15,8 @@ checks, which name the wrong argument, and the call) is C++ as well (dispatch.py
 checks cu_seqlens_q's values itself, so no tensor is read on the host first.
 
 Head dims with a kernel: paged_operands.HEAD_DIMS; dtypes: fp32, bf16, fp16 (query, caches and out
-alike). It shows what the reference shows, up to the order of fp32 sums: key j of sequence b is
+alike). It shows what the reference shows, up to the order of fp32 sums (and on AMX tiles the
+probabilities' rounding to bf16): key j of sequence b is
 visible to its new token t (position p = seqused_k[b] - q_len + t) where j <= p, j < seqused_k[b]
 (bounded by the table's columns), its block id is in [0, num_blocks) and p - sliding_window < j (a
 window > 0); softcap > 0 caps the scores. A row with no visible key, or a NaN or +inf score, is
@@ -26,7 +27,7 @@ import ctypes
 
 import torch
 
-from ascendtile.cpu import dispatch, paged_operands
+from ascendtile.cpu import build, dispatch, paged_operands
 from ascendtile.cpu.paged_operands import supports  # noqa: F401 (decompose.py asks it)
 from ascendtile.cpu.unified_attention_source import SOURCE
 
@@ -38,11 +39,17 @@ def load(cache_dir: str, variants: list[tuple[torch.dtype, int]]) -> bool:
     """Build (or load from cache_dir) the kernels for these (dtype, head dim) variants and the op's
     C++ body (dispatch.py); False where they cannot be built here."""
     paged_operands.check_variants(variants)
-    return dispatch.load_op("cpu_unified_attention", SOURCE, cache_dir, _ARGTYPES, variants, _kernels)
+    return dispatch.load_op("cpu_unified_attention", SOURCE, cache_dir, _ARGTYPES, variants, _kernels,
+                            build.amx_flags())
 
 
-# `calls`: the kernel launches in this process, what shows a graph runs on it
-__getattr__ = dispatch.calls_attribute("cpu_unified_attention")
+_calls = dispatch.calls_attribute("cpu_unified_attention")
+
+
+def __getattr__(name: str) -> int:
+    """`calls`: the kernel launches in this process, what shows a graph runs on it; `tiled_calls`:
+    those that multiplied on AMX tiles (bf16, a head dim that is a multiple of 32, an AMX CPU)."""
+    return dispatch.calls("cpu_unified_attention:tiled") if name == "tiled_calls" else _calls(name)
 
 
 _LIB = torch.library.Library("ascendtile", "FRAGMENT")  # the namespace's DEF: model/layers/expert_dispatch.py

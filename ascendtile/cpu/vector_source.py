@@ -2,7 +2,7 @@
 linear_source.py, rotary_embedding_source.py), placed before each: 256-bit GCC vector types, the
 element types' widening to fp32 (one element, or eight into a vector) and rounding back (to nearest
 even, as torch's casts), and sum8, a shuffle tree that sums eight vectors' lanes at once; EXP8, the
-attention kernels' vector exp, follows it in theirs."""
+attention kernels' vector exp (any width; exp8 on 256 bits), follows it in theirs."""
 
 PRELUDE = r'''
 #include <algorithm>
@@ -67,21 +67,24 @@ static inline v8 sum8(const v8* p) {
 '''
 
 EXP8 = r'''
-// e^x of 8 lanes, x <= 0 (scores minus their max); below -87.3 (and -inf) gives 0.
-static inline v8 exp8(v8 x) {
-  const i8 zero = x < -87.3f;
-  x = x < -87.3f ? splat(-87.3f) : x;
-  const v8 t = x * 1.44269504088896341f + 0.5f;
-  i8 n = __builtin_convertvector(t, i8);
-  n = __builtin_convertvector(n, v8) > t ? n - 1 : n;  // floor
-  const v8 f = __builtin_convertvector(n, v8);
+// e^x of each lane of V (a float vector; I: the int32 vector of as many lanes), x <= 0 (scores
+// minus their max); below -87.3 (and -inf) gives 0.
+template <typename V, typename I>
+static inline V exp_lanes(V x) {
+  const I zero = x < -87.3f;
+  x = x < -87.3f ? V{} - 87.3f : x;
+  const V t = x * 1.44269504088896341f + 0.5f;
+  I n = __builtin_convertvector(t, I);
+  n = __builtin_convertvector(n, V) > t ? n - 1 : n;  // floor
+  const V f = __builtin_convertvector(n, V);
   x = x - f * 0.693359375f + f * 2.12194440e-4f;
-  v8 y = splat(1.9875691500e-4f);
+  V y = V{} + 1.9875691500e-4f;
   y = y * x + 1.3981999507e-3f; y = y * x + 8.3334519073e-3f; y = y * x + 4.1665795894e-2f;
   y = y * x + 1.6666665459e-1f; y = y * x + 5.0000001201e-1f;
   y = y * x * x + x + 1.f;
-  const i8 bits = (n + 127) << 23;
-  v8 two_n; std::memcpy(&two_n, &bits, 32);
-  return zero ? splat(0.f) : y * two_n;
+  const I bits = (n + 127) << 23;
+  V two_n; std::memcpy(&two_n, &bits, sizeof(V));
+  return zero ? V{} : y * two_n;
 }
+static inline v8 exp8(v8 x) { return exp_lanes<v8, i8>(x); }
 '''

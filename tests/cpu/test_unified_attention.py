@@ -10,7 +10,7 @@ from torch import fx
 
 from ascendtile.compilation.config import default_cache_dir
 from ascendtile.compilation.decompose import decompose_to_references
-from ascendtile.cpu import dispatch
+from ascendtile.cpu import build, dispatch
 from ascendtile.cpu import unified_attention as cua
 from ascendtile.cpu.build import DTYPES
 from ascendtile.cpu.paged_operands import HEAD_DIMS
@@ -48,6 +48,7 @@ def _strided(query, extra_heads=3):
     ([12, 20, 3], [12, 70, 3], 6, 2, 80, 8, 30.0, 0),  # softcap; blocks of 8
     ([100], [100], 4, 4, 128, 32, 0.0, 50),
     ([7, 23], [7, 30], 2, 1, 16, 4, 0.0, 3),
+    ([33, 5], [100, 60], 6, 3, 32, 16, 50.0, 20),  # softcap and window on a head dim AMX tiles take
 ])
 def test_matches_independent_formula_and_reference(dtype, q_lens, kv_lens, heads, kv_heads, dim, block_size, softcap,
                                                    window):
@@ -89,6 +90,35 @@ def test_nan_and_infinite_scores_give_zeros():
     assert out[0, 1].eq(0).all() and out[3:6, :2].eq(0).all()
     assert out[0, [0, 2, 3]].ne(0).all() and out[1:3].isfinite().all() and out[3:6, 2:].isfinite().all()
     assert out[6:].isfinite().all()
+
+
+def test_a_nan_value_reaches_only_the_rows_that_see_it():
+    """A NaN in the value of key 40 of a 70-token prefill: the rows of tokens 40 on in its KV head's
+    query heads are NaN, every other row is the formula's (on AMX tiles, the chunk's values take the
+    exact path: a tile's 32-key product would give the earlier rows 0 * NaN)."""
+    query, kc, vc, table, cu, seqused = make_paged_batch([70], [70], 9, 3, 64, 16, torch.bfloat16)
+    slot = table[0, 40 // 16].long() * 16 + 40 % 16
+    vc.view(-1, 3, 64)[slot, 0] = float("nan")
+    out = torch.empty_like(query)
+    _run(out, query, kc, vc, table, cu, seqused)
+    assert out[40:, :3].isnan().all() and not out[:40].isnan().any() and not out[:, 3:].isnan().any()
+    vc.view(-1, 3, 64)[slot, 0] = 0.0
+    expect = paged_formula(query, kc, vc, table, [70], [70], 0.2)
+    expect[40:, :3] = float("nan")
+    torch.testing.assert_close(out.double(), expect, equal_nan=True, **TOLERANCES[torch.bfloat16])
+
+
+@pytest.mark.parametrize("dtype, dim, tiled", [
+    (torch.bfloat16, 64, True), (torch.bfloat16, 256, True), (torch.bfloat16, 80, False),
+    (torch.bfloat16, 16, False), (torch.float32, 64, False), (torch.float16, 64, False)])
+def test_bf16_multiplies_on_amx_tiles_where_the_cpu_has_them(dtype, dim, tiled):
+    """bf16 with a head dim of whole 32-element tile rows runs on AMX tiles where the library is
+    built for them (build.amx_flags: an AMX CPU); every other variant, and any CPU without AMX, on
+    vectors."""
+    query, kc, vc, table, cu, seqused = make_paged_batch([40], [40], 4, 2, dim, 16, dtype)
+    before = cua.tiled_calls
+    _run(torch.empty_like(query), query, kc, vc, table, cu, seqused)
+    assert cua.tiled_calls - before == int(tiled and build.amx_flags() != ())
 
 
 @pytest.mark.parametrize("change, match", [
