@@ -6,7 +6,7 @@ when the compiler targets AMX-BF16 and AVX-512 BF16.
 Every tile is configured as 16 rows of 64 bytes: 16 x 32 bf16 for a left operand, 16 pairs of rows
 x 16 columns for a right one (AMX's VNNI layout: each 32-bit element holds the bf16 of two
 consecutive rows of the same column), 16 x 16 fp32 for an accumulator. Tiles 0-3 accumulate, 4
-holds the left operand, 5-7 the right. A thread loads the configuration before its first tile
+and 5 hold left operands, 6 and 7 the right. A thread loads the configuration before its first tile
 instruction (it is per thread) and releases the tiles after its last.
 
 Linux lends a process the tile registers only after it asks (arch_prctl ARCH_REQ_XCOMP_PERM for
@@ -40,18 +40,23 @@ static inline void amx_configure() {
 }
 
 // c[16][0 : 16 * col_tiles) (fp32, row stride c_ld floats) = a[16][K] (bf16, row stride a_ld) .
-// b (VNNI pairs of rows: b[K / 2][ld_b] of 32-bit pairs, b_ld elements a pair-row), over K in steps
-// of 32 (K % 32 == 0) and up to 4 column tiles of 16.
-static inline void amx_product(const bf16_t* a, int64_t a_ld, const uint32_t* b, int64_t b_ld, float* c,
-                               int64_t c_ld, int K, int col_tiles) {
+// b (VNNI pairs of rows: b[K / 2][b_ld] of 32-bit pairs), over K in steps of 32 (K % 32 == 0) and
+// up to 4 column tiles of 16; with a_low (same layout as a), a_low . b is added as well.
+static inline void amx_product(const bf16_t* a, const bf16_t* a_low, int64_t a_ld, const uint32_t* b, int64_t b_ld,
+                               float* c, int64_t c_ld, int K, int col_tiles) {
   _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
   for (int k0 = 0; k0 < K; k0 += 32) {
     _tile_loadd(4, a + k0, 2 * a_ld);
+    if (a_low) _tile_loadd(5, a_low + k0, 2 * a_ld);
     const uint32_t* rows = b + k0 / 2 * b_ld;
-    _tile_loadd(5, rows, 4 * b_ld); _tile_dpbf16ps(0, 4, 5);
-    if (col_tiles > 1) { _tile_loadd(6, rows + 16, 4 * b_ld); _tile_dpbf16ps(1, 4, 6); }
-    if (col_tiles > 2) { _tile_loadd(7, rows + 32, 4 * b_ld); _tile_dpbf16ps(2, 4, 7); }
-    if (col_tiles > 3) { _tile_loadd(5, rows + 48, 4 * b_ld); _tile_dpbf16ps(3, 4, 5); }
+    // column tile J of b into tile T (6 and 7 in turn), times a into accumulator J
+#define ASCENDTILE_COLUMN(J, T) \
+    if (col_tiles > J) { \
+      _tile_loadd(T, rows + 16 * J, 4 * b_ld); _tile_dpbf16ps(J, 4, T); \
+      if (a_low) _tile_dpbf16ps(J, 5, T); \
+    }
+    ASCENDTILE_COLUMN(0, 6) ASCENDTILE_COLUMN(1, 7) ASCENDTILE_COLUMN(2, 6) ASCENDTILE_COLUMN(3, 7)
+#undef ASCENDTILE_COLUMN
   }
   _tile_stored(0, c, 4 * c_ld);
   if (col_tiles > 1) _tile_stored(1, c + 16, 4 * c_ld);
@@ -59,11 +64,17 @@ static inline void amx_product(const bf16_t* a, int64_t a_ld, const uint32_t* b,
   if (col_tiles > 3) _tile_stored(3, c + 48, 4 * c_ld);
 }
 
-// n fp32 (n % 32 == 0) rounded to bf16, to nearest even as torch's cast
-static inline void round_to_bf16(const float* x, bf16_t* y, int n) {
+// n fp32 (n % 32 == 0) as the sum of two bf16: high = x rounded to nearest even (as torch's cast),
+// low = what is left, rounded the same way; high + low holds x to ~16 bits of its mantissa
+static inline void split_to_bf16(const float* x, bf16_t* high, bf16_t* low, int n) {
   for (int i = 0; i < n; i += 32) {
-    const __m512bh h = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(x + i));
-    _mm512_storeu_si512(y + i, (__m512i)h);
+    const __m512 x0 = _mm512_loadu_ps(x + i), x1 = _mm512_loadu_ps(x + i + 16);
+    const __m512bh h = _mm512_cvtne2ps_pbh(x1, x0);
+    const __m512 h0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256((__m512i)h)), 16));
+    const __m512 h1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64((__m512i)h, 1)), 16));
+    const __m512bh l = _mm512_cvtne2ps_pbh(_mm512_sub_ps(x1, h1), _mm512_sub_ps(x0, h0));
+    _mm512_storeu_si512(high + i, (__m512i)h);
+    _mm512_storeu_si512(low + i, (__m512i)l);
   }
 }
 #endif

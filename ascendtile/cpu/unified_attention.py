@@ -15,8 +15,8 @@ checks, which name the wrong argument, and the call) is C++ as well (dispatch.py
 checks cu_seqlens_q's values itself, so no tensor is read on the host first.
 
 Head dims with a kernel: paged_operands.HEAD_DIMS; dtypes: fp32, bf16, fp16 (query, caches and out
-alike). It shows what the reference shows, up to the order of fp32 sums (and on AMX tiles the
-probabilities' rounding to bf16): key j of sequence b is
+alike). It shows what the reference shows, up to the order of fp32 sums (on AMX tiles, with the
+probabilities held to ~16 bits): key j of sequence b is
 visible to its new token t (position p = seqused_k[b] - q_len + t) where j <= p, j < seqused_k[b]
 (bounded by the table's columns), its block id is in [0, num_blocks) and p - sliding_window < j (a
 window > 0); softcap > 0 caps the scores. A row with no visible key, or a NaN or +inf score, is
