@@ -120,7 +120,10 @@ static inline float lanes_sum(row_v x) {
 template <typename T, int D>
 static bool tiled() {
 #if ASCENDTILE_AMX
-  if constexpr (std::is_same_v<T, bf16_t> && D % 32 == 0) return amx_permitted();
+  if constexpr (std::is_same_v<T, bf16_t> && D % 32 == 0) {
+    static_assert(D <= int(sizeof(ZERO_ROW) / sizeof(bf16_t)), "a hidden key's row is ZERO_ROW");
+    return amx_permitted();
+  }
 #endif
   return false;
 }
