@@ -34,7 +34,9 @@ about half the GEMM roof (a bf16 SmolLM2 decode step at batch 32: 30-36 against 
 bench/results/2026-11-29-amx-vs-vllm.md). The price: a longer compile (Inductor times each
 product shape's kernels, and a frozen graph bypasses the FX graph cache: SmolLM2's level-2 compiles
 took 121 s against 58-60 s from a warm cache), and the weights' bytes once more in memory. The
-batch-of-one graph keeps cpu_linear's kernel.
+batch-of-one graph keeps cpu_linear's kernel. fp32 models keep oneDNN: through the template their
+decode steps at batch 32 took 88.7-97.9 against 71.8-83.9 ms
+(bench/results/2026-11-29-amx-prefill-attention.md).
 """
 from __future__ import annotations
 
