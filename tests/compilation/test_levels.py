@@ -5,7 +5,8 @@ to 1 sequences); over an int8 KV cache too (its scale caches are graph inputs be
 CPU level 2's decode graph (compiled_model.py, opt-in: cpu_decode_graph) traces once too and leaves
 no opaque op over float caches (only the int8 KV write and attention over int8 ones); it retraces for caches of another
 shape and leaves no static mark on them. On an AMX CPU its bf16 form frozen for Inductor's GEMM template serves every
-batch size over one and matches the unfrozen one."""
+batch size over one and matches the unfrozen one, and the general graph's bf16 attention runs on AMX tiles with the
+256-bit kernel's tokens."""
 import pytest
 import torch
 
@@ -312,3 +313,40 @@ def test_bf16_decode_graph_in_the_gemm_template_serves_every_batch_size(tiny_dir
         assert a.token_ids == b.token_ids
         for step_a, step_b, token in zip(a.logprobs, b.logprobs, a.token_ids):
             assert step_a[token] == pytest.approx(step_b[token], abs=1e-3)
+
+
+@pytest.mark.skipif(not cpu_has_amx(), reason="no AMX: the prefill attention multiplies on vectors")
+@pytest.mark.slow  # two bf16 LLMs at level 2
+def test_bf16_prefill_attention_on_amx_tiles_gives_the_vector_kernels_tokens(tmp_path, monkeypatch):
+    """On an AMX CPU the general graph's attention of a bf16 Llama with heads of 32 runs on AMX tiles
+    (their counter), over prompts of more than a tile of 32 tokens and a chunk of 64 keys, and gives
+    the tokens and logprobs of the 256-bit kernel (its library built without AMX)."""
+    config = tiny.CONFIG.to_dict() | {"hidden_size": 128, "head_dim": 32}  # 4 heads of 32
+    model_dir = tmp_path / "heads32"
+    save_tiny(type(tiny.CONFIG).from_dict(config), model_dir, randomize_norms=True)
+    prompts = [[(7 * i + 3) % 120 + 2 for i in range(n)] for n in (70, 40, 5)]
+
+    def generate():
+        llm = LLM(str(model_dir), dtype=torch.bfloat16, max_model_len=256, max_num_seqs=4, num_kv_blocks=64,
+                  compilation_config={"level": 2, "cache_dir": str(tmp_path / "cache")})
+        params = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True, logprobs=1)
+        return [o.outputs[0] for o in llm.generate(prompts, params, use_tqdm=False)]
+
+    tiled = cpu_unified_attention.tiled_calls
+    got = generate()
+    assert cpu_unified_attention.tiled_calls > tiled
+    variant = (torch.bfloat16, 32)
+    kernel = cpu_unified_attention._kernels[variant]
+    monkeypatch.setattr(cpu_unified_attention.build, "amx_flags", lambda: ())
+    monkeypatch.setattr(cpu_unified_attention, "_kernels", {})
+    try:
+        tiled = cpu_unified_attention.tiled_calls
+        want = generate()
+        assert cpu_unified_attention.tiled_calls == tiled
+    finally:  # the op's table back to this process's tiled kernel
+        dispatch.register("cpu_unified_attention", variant, kernel)
+    for a, b in zip(got, want):
+        assert a.token_ids == b.token_ids
+        for step_a, step_b, token in zip(a.logprobs, b.logprobs, a.token_ids):
+            # bf16 logits: an ulp at |logit| ~4 is 0.03 (seen: at most 0.004)
+            assert step_a[token] == pytest.approx(step_b[token], abs=0.01)
