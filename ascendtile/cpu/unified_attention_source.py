@@ -238,12 +238,13 @@ static bool attend(T* out, const T* query, const T* key_cache, const T* value_ca
           for (int d = 0; d < D; ++d) { kt[d * CHUNK_KEYS + k] = widen(key_cache[at + d]); v[k * D + d] = widen(value_cache[at + d]); }
         }
         for (int k = keys; k < CHUNK_KEYS; ++k) shown[k] = 0;
-        // a block of rows needs the keys up to its last row's position (a causal tile's diagonal)
-        auto block_keys = [&](int64_t r) {
-          return std::min<int64_t>(keys, pos[std::min(r + block_rows - 1, rows - 1)] + 1 - j0);
+        // a block of `size` rows from row r needs the keys up to its last row's position (a causal
+        // tile's diagonal)
+        auto block_keys = [&](int64_t r, int64_t size) {
+          return std::min<int64_t>(keys, pos[std::min(r + size - 1, rows - 1)] + 1 - j0);
         };
         for (int64_t r = 0; r < rows; r += block_rows) {
-          const int64_t needed = block_keys(r);
+          const int64_t needed = block_keys(r, block_rows);
           if (needed <= 0) continue;
 #if ASCENDTILE_AMX
           if (tiles) {
@@ -299,7 +300,7 @@ static bool attend(T* out, const T* query, const T* key_cache, const T* value_ca
 #if ASCENDTILE_AMX
         if (tiles && !odd_values) {  // the probabilities, high and low bf16, times the values
           for (int64_t r = 0; r < rows; r += 16) {
-            const int64_t needed = block_keys(r), block = std::min<int64_t>(16, rows - r);
+            const int64_t needed = block_keys(r, block_rows), block = std::min<int64_t>(16, rows - r);
             if (needed <= 0) continue;
             for (int64_t i = 0; i < block; ++i)
               split_to_bf16(s.data() + (r + i) * CHUNK_KEYS, pb.data() + (r + i) * CHUNK_KEYS,
@@ -316,7 +317,7 @@ static bool attend(T* out, const T* query, const T* key_cache, const T* value_ca
             for (int d = 0; d < D; ++d) v[k * D + d] = widen(value_rows[k][d]);
 #endif
         for (int64_t r = 0; r < rows; r += 4) {  // add_values's blocks of 4 rows, on tiles as well
-          const int64_t needed = std::min<int64_t>(keys, pos[std::min<int64_t>(r + 3, rows - 1)] + 1 - j0);
+          const int64_t needed = block_keys(r, 4);
           if (needed > 0) add_values<D>(s.data() + r * CHUNK_KEYS, v.data(), o.data() + r * D, int(needed));
         }
       }
