@@ -34,9 +34,10 @@ about half the GEMM roof (a bf16 SmolLM2 decode step at batch 32: 30-36 against 
 bench/results/2026-11-29-amx-vs-vllm.md). The price: a longer compile (Inductor times each
 product shape's kernels, and a frozen graph bypasses the FX graph cache: SmolLM2's level-2 compiles
 took 121 s against 58-60 s from a warm cache), and the weights' bytes once more in memory. The
-batch-of-one graph keeps cpu_linear's kernel. fp32 models keep oneDNN: through the template their
-decode steps at batch 32 took 88.7-97.9 against 71.8-83.9 ms
-(bench/results/2026-11-29-amx-prefill-attention.md).
+batch-of-one graph keeps cpu_linear's kernel. fp32 models keep their weights as inputs: through the
+template their decode steps at batch 32 took 88.7-97.9 against oneDNN's 71.8-83.9 ms
+(bench/results/2026-11-29-amx-prefill-attention.md), and on a CPU with AVX-512 cpu_linear's wide
+kernel takes their products of up to 64 rows.
 """
 from __future__ import annotations
 
@@ -152,13 +153,14 @@ class CompiledModel:
                 del cache._dynamo_static_indices, cache._has_dynamo_dim_marking
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """The wrapped model's logits. With CPU level 2's decode graph, a head product of at most
-        cpu_linear.MAX_ROWS rows (single stream, two sequences) runs in cpu_linear's C++ kernel, as
-        the decode graph's linears do: it reads the head's weight once at close to the memory's
-        speed, where oneDNN's packed copy or aten read it slower (SmolLM2's 49,152 × 576 head, 2
-        threads, AVX2 EPYC, 2026-11-29: fp32 1 row 8.2–8.7 against 10.2 ms, bf16 1 row 3.8–3.9
-        against 6.0–6.3, 2 rows 2.6–3.5 against 8.2–10.3; bench/results/2026-11-29-few-rows-head.md)."""
-        if hidden.shape[0] <= cpu_linear.MAX_ROWS and self._few_rows_head():
+        """The wrapped model's logits. With CPU level 2's decode graph, a head product of the rows
+        cpu_linear's C++ kernel takes (rows_served: single stream and two sequences; fp32 decode
+        batches on an AVX-512 CPU) runs there, as the decode graph's linears do: it reads the
+        head's weight once at close to the memory's speed, where oneDNN's packed copy or aten read
+        it slower (SmolLM2's 49,152 × 576 head, 2 threads, AVX2 EPYC, 2026-11-29: fp32 1 row 8.2–8.7
+        against 10.2 ms, bf16 1 row 3.8–3.9 against 6.0–6.3, 2 rows 2.6–3.5 against 8.2–10.3;
+        bench/results/2026-11-29-few-rows-head.md)."""
+        if hidden.shape[0] <= cpu_linear.rows_served(hidden.dtype) and self._few_rows_head():
             with few_rows_kernel(torch.ops.ascendtile.cpu_linear.default):
                 return self.model.compute_logits(hidden)
         return self.model.compute_logits(hidden)

@@ -46,6 +46,15 @@ def compile_flags() -> tuple[str, ...]:
     return BASE_FLAGS + (X86_VECTOR_FLAGS if vector else ())
 
 
+# a kernel with 512-bit vectors (linear_source.py's wide kernel), on CPUs with AVX-512F
+AVX512_FLAGS = ("-mavx512f",)
+
+
+def avx512_flags() -> tuple[str, ...]:
+    """AVX512_FLAGS where this CPU has AVX-512F, else none."""
+    return AVX512_FLAGS if torch.cpu._is_avx512_supported() else ()
+
+
 def amx_flags() -> tuple[str, ...]:
     """AMX_FLAGS where this CPU has AMX tiles and AVX-512 BF16, else none."""
     amx = torch.cpu._is_amx_tile_supported() and torch.cpu._is_avx512_bf16_supported()

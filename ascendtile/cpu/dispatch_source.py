@@ -174,19 +174,24 @@ bool linear_served(const at::Tensor& weight) {
       && weight.stride(1) == 1;
 }
 
+// where the traced call would have gone: onednn_linear's own choice between the packed copy and aten
+// (model/layers/linear.py), else aten
+at::Tensor linear_elsewhere(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& packed,
+                            const std::optional<at::Tensor>& bias) {
+  if (packed) {
+    static const auto onednn_linear = c10::Dispatcher::singleton()
+        .findSchemaOrThrow("ascendtile::onednn_linear", "")
+        .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&)>();
+    return onednn_linear.call(x, weight, *packed, bias);
+  }
+  return at::linear(x, weight, bias);
+}
+
 at::Tensor cpu_linear(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& packed,
                       const std::optional<at::Tensor>& bias) {
   int64_t rows = 1;
   for (int64_t i = 0; i + 1 < x.dim(); ++i) rows *= x.size(i);
-  if (x.dim() == 0 || rows > linear_max_rows.load()) {
-    if (packed) {  // onednn_linear's own choice between the packed copy and aten (model/layers/linear.py)
-      static const auto onednn_linear = c10::Dispatcher::singleton()
-          .findSchemaOrThrow("ascendtile::onednn_linear", "")
-          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&)>();
-      return onednn_linear.call(x, weight, *packed, bias);
-    }
-    return at::linear(x, weight, bias);
-  }
+  if (x.dim() == 0 || rows > linear_max_rows.load()) return linear_elsewhere(x, weight, packed, bias);
   const auto dtype = weight.scalar_type();
   TORCH_CHECK_VALUE(linear_served(weight), "weight: no kernel for ", dtype_name(dtype), " ", tuple(weight.sizes()),
                     " with strides ", tuple(weight.strides()),
@@ -205,7 +210,9 @@ at::Tensor cpu_linear(const at::Tensor& x, const at::Tensor& weight, const std::
   at::Tensor out = at::empty({rows, n}, x.options());
   const int status = kernel(out.data_ptr(), flat.data_ptr(), weight.data_ptr(), bias ? bias->data_ptr() : nullptr,
                             rows, n, k, flat.stride(0), weight.stride(0), out.stride(0), at::get_num_threads());
-  TORCH_INTERNAL_ASSERT(status == 0, "cpu_linear: no kernel for ", rows, " rows of ", k);  // ruled out above
+  // 1: the kernel takes no product of this many rows in this dtype and build (linear_source.py's
+  // wide kernel: fp32 only, AVX-512 builds only)
+  if (status != 0) return linear_elsewhere(x, weight, packed, bias);
   linear_calls++;
   if (x.dim() == 2) return out;
   std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end() - 1);

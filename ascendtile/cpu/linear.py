@@ -1,15 +1,18 @@
-"""`torch.ops.ascendtile.cpu_linear`: a linear whose products of at most MAX_ROWS rows (single-stream
-decode, batches of 2) run a C++ kernel (linear_source.py) that reads the weight once at close to
-the memory's speed, in place of oneDNN's packed linear or aten's matmul, which CPU level 2's decode
-graph calls otherwise (compilation/decompose.py). oneDNN rebuilds its primitive descriptor on every
-call (~14 µs) and read SmolLM2's weights at 19–25 GB/s at 1 and 2 rows; this op at 24–26 GB/s
-(SmolLM2's 121 linears, 30 layers' weights in turn, 2 threads, AMD EPYC with avx512_bf16,
-2026-11-28: bf16 11.2 against 13.0 ms at 1 row, 10.7 against 14.2 at 2; fp32 21.1 against 21.2
-and 21.1 against 25.0; bench/results/2026-11-28-cpu-few-rows-linear.md). From 3 rows its 256-bit
-fp32 FMAs bind it, and oneDNN's bf16 dot products won in some runs: more rows go where the traced
-call would have sent them, `ascendtile::onednn_linear` (layers/linear.py: the packed copy, or aten
-for the few fp32 rows an Intel CPU multiplies faster there) where there is a packed copy, else
-aten.
+"""`torch.ops.ascendtile.cpu_linear`: a linear whose products of few rows run a C++ kernel
+(linear_source.py) in place of oneDNN's packed linear or aten's matmul, which CPU level 2's decode
+graph calls otherwise (compilation/decompose.py).
+- Products of at most FEW_ROWS rows (single-stream decode, batches of 2), in every dtype, read the
+  weight once at close to the memory's speed. oneDNN rebuilds its primitive descriptor on every
+  call (~14 µs) and read SmolLM2's weights at 19–25 GB/s at 1 and 2 rows; this op at 24–26 GB/s
+  (SmolLM2's 121 linears, 30 layers' weights in turn, 2 threads, AMD EPYC with avx512_bf16,
+  2026-11-28: bf16 11.2 against 13.0 ms at 1 row, 10.7 against 14.2 at 2; fp32 21.1 against 21.2
+  and 21.1 against 25.0; bench/results/2026-11-28-cpu-few-rows-linear.md).
+- On a CPU with AVX-512, fp32 products of up to MAX_ROWS rows (decode batches) run the wide kernel,
+  whose reads of the weight overlap its arithmetic (linear_source.py).
+
+Other products go where the traced call would have sent them, `ascendtile::onednn_linear`
+(layers/linear.py: the packed copy, or aten for the few fp32 rows an Intel CPU multiplies faster
+there) where there is a packed copy, else aten. rows_served says which row counts the kernel takes.
 
 `cpu_linear(x, weight, packed, bias)`: x [..., K] · weight [N, K]ᵀ (+ bias [N]) -> [..., N]; packed is
 weight's oneDNN-packed copy (layers/linear.py PackedWeight) or None. dtypes: fp32, bf16, fp16 (x,
@@ -22,9 +25,9 @@ import ctypes
 
 import torch
 
-from ascendtile.cpu import dispatch
+from ascendtile.cpu import build, dispatch
 from ascendtile.cpu.build import DTYPES
-from ascendtile.cpu.linear_source import MAX_ROWS, SOURCE  # noqa: F401 (MAX_ROWS: the row bound)
+from ascendtile.cpu.linear_source import FEW_ROWS, MAX_ROWS, SOURCE
 
 _ARGTYPES = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 6 + [ctypes.c_int]
 _kernels: dict[tuple[torch.dtype], ctypes._CFuncPtr] = {}  # (dtype,) -> entry point, once loaded
@@ -33,7 +36,14 @@ _kernels: dict[tuple[torch.dtype], ctypes._CFuncPtr] = {}  # (dtype,) -> entry p
 def load(cache_dir: str, dtypes: list[torch.dtype]) -> bool:
     """Build (or load from cache_dir) the kernels for these dtypes (DTYPES) and the op's C++ body
     (dispatch.py); False where they cannot be built here."""
-    return dispatch.load_op("cpu_linear", SOURCE, cache_dir, _ARGTYPES, [(dtype,) for dtype in dtypes], _kernels)
+    return dispatch.load_op("cpu_linear", SOURCE, cache_dir, _ARGTYPES, [(dtype,) for dtype in dtypes], _kernels,
+                            build.avx512_flags())
+
+
+def rows_served(dtype: torch.dtype) -> int:
+    """The most rows of a product in `dtype` that the kernel takes on this CPU: MAX_ROWS for fp32
+    where the library is built with AVX-512 (the wide kernel), else FEW_ROWS."""
+    return MAX_ROWS if dtype == torch.float32 and build.avx512_flags() else FEW_ROWS
 
 
 # `calls`: the kernel launches in this process, what shows a graph runs on it

@@ -1,5 +1,6 @@
-"""The C++ source of the CPU few-row linear (linear.py): out [M, N] = x [M, K] · weight [N, K]ᵀ (+
-bias [N]) for M of 1 or 2 rows, where the product is bound by reading the weight once.
+"""The C++ source of the CPU linear (linear.py): out [M, N] = x [M, K] · weight [N, K]ᵀ (+ bias [N])
+for M of 1 or 2 rows (the few-row kernel), where the product is bound by reading the weight once,
+and, in a build with AVX-512, fp32 M of 3 to MAX_ROWS (the wide kernel, below).
 
 A tile is 8 fp32 accumulators: M rows × 8 / M outputs, so each 16-element chunk of a weight row is
 widened once for both rows. The x rows are widened to fp32 once a call, in the order the chunks
@@ -10,13 +11,25 @@ chunk: 8 interleaved rows of ~1 KB are too short a stream for the hardware prefe
 row, SmolLM2's 121 linears: 14.8 ms without, 10.2 with; AMD EPYC, 2 threads, 2026-11-28). Threads
 split the output tiles. 256-bit GCC vector extensions over vector_source.py's prelude. K must be a
 multiple of 16. More rows are compute-bound in 256-bit fp32 FMAs (3 and 4 rows, in tiles of 2 or 4
-rows, lost to oneDNN's bf16 dot products in some runs: bench/results/2026-11-28-cpu-few-rows-linear.md)."""
+rows, lost to oneDNN's bf16 dot products in some runs: bench/results/2026-11-28-cpu-few-rows-linear.md).
+
+In a build with AVX-512 (build.avx512_flags), fp32 products of 3 to MAX_ROWS rows run a second
+kernel on 512-bit vectors: tiles of WIDE_O weight rows, each multiplied by the x rows in passes of
+up to WIDE_R rows (24 accumulators), the passes of a tile balanced in size. There the product is
+bound by its arithmetic as much as by its reads, and oneDNN's 32-row products took about the sum
+of both times, the reads not overlapping the arithmetic. So each pass prefetches its share of the
+next tile's weight rows, spread over its chunks: the reads run under every pass's arithmetic, not
+only the first's (SmolLM2's 120 layer products at 32 fp32 rows, 2 threads, Intel Xeon with AMX:
+43.5-54.5 against oneDNN's 51.2-59.1 ms; prefetching in the first pass only, 59.2-73.7;
+bench/results/2026-11-29-wide-fp32-linear.md). Other dtypes keep oneDNN's dot products there
+(bf16 on an AMX CPU: Inductor's GEMM template in the decode graph)."""
 
 from ascendtile.cpu.vector_source import PRELUDE
 
-MAX_ROWS = 2  # the most rows a product of the kernel takes (dispatch returns 1 for more)
+FEW_ROWS = 2  # the most rows the few-row kernel takes, in every dtype and build
+MAX_ROWS = 64  # the most rows the wide kernel takes (fp32, AVX-512 builds); dispatch returns 1 for more
 
-SOURCE = PRELUDE + r'''
+_SOURCE = PRELUDE + r'''
 
 // 16 consecutive weight elements -> two fp32 vectors; bf16: the even elements, then the odd ones
 static inline void load16(const float* p, v8& a, v8& b) { std::memcpy(&a, p, 32); std::memcpy(&b, p + 8, 32); }
@@ -78,10 +91,87 @@ static void product(T* out, const T* x, const T* w, const T* bias, int64_t n, in
   for (int64_t n0 = 0; n0 < n; n0 += O) tile<T, R>(out, xs.data(), w, bias, n0, n, k, w_s, o_s);
 }
 
+#if defined(__AVX512F__)
+typedef float v16 __attribute__((vector_size(64)));
+constexpr int WIDE_O = 6, WIDE_R = 4;
+
+// x rows [0, R) (row stride x_s) x the tile's weight rows wr over the whole of k; the first
+// `written` outputs of each row go to out. Prefetches ahead_bytes from `ahead`, spread over the chunks.
+template <int R>
+static void wide_pass(float* out, const float* x, const float* const* wr, int written, const float* bias,
+                      int64_t n0, int64_t k, int64_t x_s, int64_t o_s, const char* ahead, int64_t ahead_bytes) {
+  v16 acc[WIDE_O * R] = {};
+  const int64_t step = (ahead_bytes / std::max<int64_t>(k / 16, 1) + 63) / 64 * 64;  // k = 0: no chunks
+  for (int64_t c = 0, pf = 0; c < k; c += 16, pf += step) {
+    for (int64_t b = pf; b < std::min(pf + step, ahead_bytes); b += 64) __builtin_prefetch(ahead + b);
+    v16 wv[WIDE_O];
+    for (int i = 0; i < WIDE_O; ++i) std::memcpy(&wv[i], wr[i] + c, 64);
+    for (int r = 0; r < R; ++r) {
+      v16 xv;
+      std::memcpy(&xv, x + r * x_s + c, 64);
+      for (int i = 0; i < WIDE_O; ++i) acc[i * R + r] += xv * wv[i];
+    }
+  }
+  // each accumulator's halves added, then sum8 over eight at a time
+  constexpr int H = (WIDE_O * R + 7) / 8 * 8;
+  v8 half[H] = {};
+  for (int j = 0; j < WIDE_O * R; ++j) {
+    v8 lo, hi;
+    std::memcpy(&lo, &acc[j], 32); std::memcpy(&hi, (const char*)&acc[j] + 32, 32);
+    half[j] = lo + hi;
+  }
+  for (int g = 0; g < H; g += 8) {
+    const v8 total = __builtin_shuffle(sum8(half + g), POS);
+    for (int l = 0; l < 8 && g + l < WIDE_O * R; ++l) {
+      const int i = (g + l) / R, r = (g + l) % R;
+      if (i < written) out[r * o_s + n0 + i] = total[l] + (bias ? bias[n0 + i] : 0.f);
+    }
+  }
+}
+
+// Threads split the tiles; a tile's weight rows past n repeat the last row's and are not written.
+static void wide_product(float* out, const float* x, const float* w, const float* bias, int64_t rows, int64_t n,
+                         int64_t k, int64_t x_s, int64_t w_s, int64_t o_s, int threads) {
+  const int64_t passes = (rows + WIDE_R - 1) / WIDE_R;
+  #pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t n0 = 0; n0 < n; n0 += WIDE_O) {
+    const float* wr[WIDE_O];
+    for (int i = 0; i < WIDE_O; ++i) wr[i] = w + std::min(n0 + i, n - 1) * w_s;
+    const int written = int(std::min<int64_t>(WIDE_O, n - n0));
+    const char* ahead = (const char*)(w + std::min(n0 + WIDE_O, n - 1) * w_s);
+    const int64_t ahead_bytes = (std::min(n0 + 2 * WIDE_O, n) - std::min(n0 + WIDE_O, n)) * w_s * int64_t(sizeof(float));
+    for (int64_t p = 0, r0 = 0; p < passes; ++p) {
+      const int64_t r1 = rows * (p + 1) / passes;
+      const int64_t pf0 = ahead_bytes * p / passes / 64 * 64;
+      const int64_t pf1 = p + 1 == passes ? ahead_bytes : ahead_bytes * (p + 1) / passes / 64 * 64;
+#define PASS(R) wide_pass<R>(out + r0 * o_s, x + r0 * x_s, wr, written, bias, n0, k, x_s, o_s, ahead + pf0, pf1 - pf0)
+      switch (r1 - r0) {
+        case 1: PASS(1); break;
+        case 2: PASS(2); break;
+        case 3: PASS(3); break;
+        default: PASS(4); break;
+      }
+#undef PASS
+      r0 = r1;
+    }
+  }
+}
+#endif
+
 template <typename T>
 static int dispatch(void* out, const void* x, const void* w, const void* bias, int64_t rows, int64_t n, int64_t k,
                     int64_t x_s, int64_t w_s, int64_t o_s, int threads) {
-  if (k % 16 != 0 || rows > 2) return 1;
+  if (k % 16 != 0 || rows > @MAX_ROWS@) return 1;
+  if (rows > @FEW_ROWS@) {
+#if defined(__AVX512F__)
+    if constexpr (std::is_same<T, float>::value) {
+      if (n > 0) wide_product((float*)out, (const float*)x, (const float*)w, (const float*)bias, rows, n, k, x_s, w_s,
+                              o_s, threads);
+      return 0;
+    }
+#endif
+    return 1;
+  }
   if (rows == 0 || n == 0) return 0;
 #define PRODUCT(R) product<T, R>((T*)out, (const T*)x, (const T*)w, (const T*)bias, n, k, x_s, w_s, o_s, threads)
   if (rows == 1) PRODUCT(1); else PRODUCT(2);
@@ -95,3 +185,5 @@ extern "C" int NAME(void* out, const void* x, const void* w, const void* bias, i
                     int64_t x_s, int64_t w_s, int64_t o_s, int threads) { \
   return dispatch<T>(out, x, w, bias, rows, n, k, x_s, w_s, o_s, threads); }
 '''
+
+SOURCE = _SOURCE.replace("@FEW_ROWS@", str(FEW_ROWS)).replace("@MAX_ROWS@", str(MAX_ROWS))

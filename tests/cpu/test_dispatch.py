@@ -34,7 +34,7 @@ def test_a_packed_weight_reaches_the_cpp_body(monkeypatch):
     """A oneDNN-packed weight makes the call MkldnnCPU: the C++ body takes it, and its rows past the
     bound go to onednn_linear, which on an AMD CPU multiplies with the packed copy."""
     monkeypatch.setattr(model_linear, "cpu_vendor", lambda: "AuthenticAMD")
-    x, weight = torch.randn(5, 64), torch.randn(32, 64)
+    x, weight = torch.randn(cl.MAX_ROWS + 1, 64), torch.randn(32, 64)
     packed = torch.ops.mkldnn._reorder_linear_weight(weight, 8)
     calls = cl.calls
     out = torch.ops.ascendtile.cpu_linear(x, weight, packed, None)
@@ -67,8 +67,8 @@ def test_setters_refuse_what_they_cannot_serve():
         dispatch.register("cpu_linear", (torch.float64,), None)
     with pytest.raises(ValueError, match=r"^variant: no table entry for \(torch.float32, 512\)"):
         dispatch.register("cpu_decode_attention", (torch.float32, 512), None)
-    with pytest.raises(ValueError, match="^rows: at most the kernel's 2, got 3"):
-        dispatch.set_linear_max_rows(3)
+    with pytest.raises(ValueError, match="^rows: at most the kernel's 64, got 65"):
+        dispatch.set_linear_max_rows(65)
     dispatch.set_linear_max_rows(0)  # every product goes to aten
     try:
         calls = cl.calls

@@ -1,8 +1,10 @@
 """The CPU few-row linear (ascendtile/cpu/linear.py), built into this session's cache: against the
-fp64 product for 1 and 2 rows (a last tile of fewer outputs, no inputs),
-strided 2-D and 3-D x, a weight sliced from a wider one, biases; NaN and inf staying in their row and
-column; more rows where onednn_linear or aten would take them; bad inputs; the fake impl; and CPU level 2's
-decode graph retargeting its linears where the kernel serves and builds."""
+fp64 product for 1 and 2 rows (a last tile of fewer outputs, no inputs), and, on a CPU with
+AVX-512, fp32 products of 3 to 64 rows in the wide kernel (passes of every size, tiles cut short);
+strided 2-D and 3-D x, a weight sliced from a wider one, biases; NaN and inf staying in their row
+and column; more rows, and other dtypes' 3 rows, where onednn_linear or aten would take them; bad
+inputs; the fake impl; and CPU level 2's decode graph retargeting its linears where the kernel
+serves and builds."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -50,16 +52,43 @@ def test_matches_the_fp64_product(dtype, rows, n, k, bias):
     torch.testing.assert_close(out.double(), _product(x, weight, b), rtol=TOL[dtype], atol=TOL[dtype])
 
 
+WIDE = cl.rows_served(torch.float32) > cl.FEW_ROWS  # this CPU runs the wide kernel
+
+
+@pytest.mark.parametrize("rows", [3, 4, 5, 7, 9, 13, 33, 64])
+@pytest.mark.parametrize("n, k, bias", [(13, 48, True), (1, 16, False), (576, 576, False), (37, 1536, True),
+                                        (7, 0, True)])
+def test_wide_rows_match_the_fp64_product(rows, n, k, bias):
+    """fp32 products of 3 to 64 rows: the wide kernel where this CPU has AVX-512 (the counter grows;
+    n not a multiple of its 6-row tiles, rows split into passes of 1 to 4), aten elsewhere."""
+    x, weight, b = _operands(rows, n, k, torch.float32, bias)
+    x = x[:, 0]  # its rows strided
+    calls = cl.calls
+    out = torch.ops.ascendtile.cpu_linear(x, weight, None, b)
+    assert cl.calls == calls + WIDE and out.shape == (rows, n)
+    torch.testing.assert_close(out.double(), _product(x, weight, b), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_16_bit_products_past_two_rows_stay_with_aten(dtype):
+    x, weight, b = _operands(3, 40, 64, dtype)
+    calls = cl.calls
+    out = torch.ops.ascendtile.cpu_linear(x, weight, None, b)
+    assert cl.calls == calls and torch.equal(out, F.linear(x, weight, b))
+
+
+@pytest.mark.parametrize("rows", [2, 11])
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
-def test_nan_and_inf_stay_in_their_row_and_column(bad):
-    x, weight, b = _operands(2, 21, 64, torch.float32)
+def test_nan_and_inf_stay_in_their_row_and_column(bad, rows):
+    x, weight, b = _operands(rows, 21, 64, torch.float32)
     x[1, 0, 7] = bad
     weight[5, 40] = float("nan")
     calls = cl.calls
     out = torch.ops.ascendtile.cpu_linear(x, weight, None, b)
-    assert cl.calls == calls + 1
+    assert cl.calls == calls + (rows <= cl.FEW_ROWS or WIDE)
     assert out[1].isinf().logical_or(out[1].isnan()).all() and out[:, :, 5].isnan().all()
-    assert out[0, :, :5].isfinite().all() and out[0, :, 6:].isfinite().all()
+    others = torch.cat([out[:1], out[2:]])
+    assert others[..., :5].isfinite().all() and others[..., 6:].isfinite().all()
     torch.testing.assert_close(out.double(), _product(x, weight, b), rtol=1e-5, atol=1e-5, equal_nan=True)
 
 
