@@ -37,7 +37,7 @@ took 121 s against 58-60 s from a warm cache), and the weights' bytes once more 
 batch-of-one graph keeps cpu_linear's kernel. fp32 models keep their weights as inputs: through the
 template their decode steps at batch 32 took 88.7-97.9 against oneDNN's 71.8-83.9 ms
 (bench/results/2026-11-29-amx-prefill-attention.md), and on a CPU with AVX-512 cpu_linear's wide
-kernel takes their products of up to 64 rows.
+kernel takes their products of 4 to 64 rows.
 """
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ bench/results/2026-11-27-cpu-decode-attention-kernel.md). Its linears (oneDNN's 
 F.linear) with weights of at least ONEDNN_MIN_WEIGHT_ELEMENTS become `cpu_linear` calls, which run
 products of 1 or 2 rows in a C++ kernel (ascendtile/cpu/linear.py; a bf16 SmolLM2 decode step at
 batch 1: 16.0 against 18.8 ms, bench/results/2026-11-28-cpu-few-rows-linear.md), and on a CPU with
-AVX-512 fp32 products of up to 64 rows in its wide kernel; smaller weights stay
+AVX-512 fp32 products of 4 to 64 rows in its wide kernel; smaller weights stay
 with aten, whose call costs less than the op's. A decode graph whose weights are frozen
 (compiled_model.py: bf16 batches on an AMX CPU) keeps them as F.linear calls instead, for Inductor's
 GEMM template (unpack_linear). The general graph keeps rope, the KV write and

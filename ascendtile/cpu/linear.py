@@ -7,12 +7,12 @@ graph calls otherwise (compilation/decompose.py).
   (SmolLM2's 121 linears, 30 layers' weights in turn, 2 threads, AMD EPYC with avx512_bf16,
   2026-11-28: bf16 11.2 against 13.0 ms at 1 row, 10.7 against 14.2 at 2; fp32 21.1 against 21.2
   and 21.1 against 25.0; bench/results/2026-11-28-cpu-few-rows-linear.md).
-- On a CPU with AVX-512, fp32 products of up to MAX_ROWS rows (decode batches) run the wide kernel,
-  whose reads of the weight overlap its arithmetic (linear_source.py).
+- On a CPU with AVX-512, fp32 products of WIDE_MIN_ROWS to MAX_ROWS rows (decode batches) run the
+  wide kernel, whose reads of the weight overlap its arithmetic (linear_source.py).
 
 Other products go where the traced call would have sent them, `ascendtile::onednn_linear`
 (layers/linear.py: the packed copy, or aten for the few fp32 rows an Intel CPU multiplies faster
-there) where there is a packed copy, else aten. rows_served says which row counts the kernel takes.
+there) where there is a packed copy, else aten. rows_served bounds the row counts the kernel takes.
 
 `cpu_linear(x, weight, packed, bias)`: x [..., K] · weight [N, K]ᵀ (+ bias [N]) -> [..., N]; packed is
 weight's oneDNN-packed copy (layers/linear.py PackedWeight) or None. dtypes: fp32, bf16, fp16 (x,
@@ -27,7 +27,7 @@ import torch
 
 from ascendtile.cpu import build, dispatch
 from ascendtile.cpu.build import DTYPES
-from ascendtile.cpu.linear_source import FEW_ROWS, MAX_ROWS, SOURCE
+from ascendtile.cpu.linear_source import FEW_ROWS, MAX_ROWS, SOURCE, WIDE_MIN_ROWS  # noqa: F401 (bounds)
 
 _ARGTYPES = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 6 + [ctypes.c_int]
 _kernels: dict[tuple[torch.dtype], ctypes._CFuncPtr] = {}  # (dtype,) -> entry point, once loaded
@@ -42,7 +42,8 @@ def load(cache_dir: str, dtypes: list[torch.dtype]) -> bool:
 
 def rows_served(dtype: torch.dtype) -> int:
     """The most rows of a product in `dtype` that the kernel takes on this CPU: MAX_ROWS for fp32
-    where the library is built with AVX-512 (the wide kernel), else FEW_ROWS."""
+    where the library is built with AVX-512 (the wide kernel, from WIDE_MIN_ROWS rows; the rows
+    between go on to oneDNN or aten), else FEW_ROWS."""
     return MAX_ROWS if dtype == torch.float32 and build.avx512_flags() else FEW_ROWS
 
 

@@ -1,6 +1,6 @@
 """The C++ source of the CPU linear (linear.py): out [M, N] = x [M, K] · weight [N, K]ᵀ (+ bias [N])
 for M of 1 or 2 rows (the few-row kernel), where the product is bound by reading the weight once,
-and, in a build with AVX-512, fp32 M of 3 to MAX_ROWS (the wide kernel, below).
+and, in a build with AVX-512, fp32 M of WIDE_MIN_ROWS to MAX_ROWS (the wide kernel, below).
 
 A tile is 8 fp32 accumulators: M rows × 8 / M outputs, so each 16-element chunk of a weight row is
 widened once for both rows. The x rows are widened to fp32 once a call, in the order the chunks
@@ -13,21 +13,24 @@ split the output tiles. 256-bit GCC vector extensions over vector_source.py's pr
 multiple of 16. More rows are compute-bound in 256-bit fp32 FMAs (3 and 4 rows, in tiles of 2 or 4
 rows, lost to oneDNN's bf16 dot products in some runs: bench/results/2026-11-28-cpu-few-rows-linear.md).
 
-In a build with AVX-512 (build.avx512_flags), fp32 products of 3 to MAX_ROWS rows run a second
-kernel on 512-bit vectors: tiles of WIDE_O weight rows, each multiplied by the x rows in passes of
+In a build with AVX-512 (build.avx512_flags), fp32 products of WIDE_MIN_ROWS to MAX_ROWS rows run a
+second kernel on 512-bit vectors: tiles of WIDE_O weight rows, each multiplied by the x rows in passes of
 up to WIDE_R rows (24 accumulators), the passes of a tile balanced in size. There the product is
 bound by its arithmetic as much as by its reads, and oneDNN's 32-row products took about the sum
 of both times, the reads not overlapping the arithmetic. So each pass prefetches its share of the
 next tile's weight rows, spread over its chunks: the reads run under every pass's arithmetic, not
 only the first's (SmolLM2's 120 layer products at 32 fp32 rows, 2 threads, Intel Xeon with AMX:
 43.5-54.5 against oneDNN's 51.2-59.1 ms; prefetching in the first pass only, 59.2-73.7;
-bench/results/2026-11-29-wide-fp32-linear.md). Other dtypes keep oneDNN's dot products there
-(bf16 on an AMX CPU: Inductor's GEMM template in the decode graph)."""
+bench/results/2026-11-29-wide-fp32-linear.md). At 3 rows the product is bound by its reads, which
+aten's (MKL's) kernel, where onednn_linear sends them on an Intel CPU, streamed faster (30.0-33.2
+against 33.9-36.8 ms for the 120 products; from 4 rows the kernel was faster), so those stay there.
+Other dtypes keep oneDNN's dot products past 2 rows (bf16 on an AMX CPU: Inductor's GEMM template
+in the decode graph)."""
 
 from ascendtile.cpu.vector_source import PRELUDE
 
 FEW_ROWS = 2  # the most rows the few-row kernel takes, in every dtype and build
-MAX_ROWS = 64  # the most rows the wide kernel takes (fp32, AVX-512 builds); dispatch returns 1 for more
+WIDE_MIN_ROWS, MAX_ROWS = 4, 64  # the rows the wide kernel takes (fp32, AVX-512 builds); dispatch returns 1 for others
 
 _SOURCE = PRELUDE + r'''
 
@@ -165,6 +168,7 @@ static int dispatch(void* out, const void* x, const void* w, const void* bias, i
   if (rows > @FEW_ROWS@) {
 #if defined(__AVX512F__)
     if constexpr (std::is_same<T, float>::value) {
+      if (rows < @WIDE_MIN_ROWS@) return 1;
       if (n > 0) wide_product((float*)out, (const float*)x, (const float*)w, (const float*)bias, rows, n, k, x_s, w_s,
                               o_s, threads);
       return 0;
@@ -186,4 +190,5 @@ extern "C" int NAME(void* out, const void* x, const void* w, const void* bias, i
   return dispatch<T>(out, x, w, bias, rows, n, k, x_s, w_s, o_s, threads); }
 '''
 
-SOURCE = _SOURCE.replace("@FEW_ROWS@", str(FEW_ROWS)).replace("@MAX_ROWS@", str(MAX_ROWS))
+SOURCE = (_SOURCE.replace("@FEW_ROWS@", str(FEW_ROWS)).replace("@WIDE_MIN_ROWS@", str(WIDE_MIN_ROWS))
+          .replace("@MAX_ROWS@", str(MAX_ROWS)))

@@ -197,8 +197,8 @@ def test_level_2_decode_graph_takes_the_onednn_packs(tmp_path, monkeypatch):
 
 def test_level_2_decode_graph_runs_a_tied_head_of_few_rows_on_the_kernel(tmp_path):
     """compute_logits of a tied head (the embedding's weight, as SmolLM2's) over 1 and 2 rows runs
-    cpu_linear's kernel once a call with the decode graph on; over 3 rows (fp32) only on a CPU with
-    AVX-512 (the wide kernel), over MAX_ROWS + 1 rows never; the logits equal the wrapped model's
+    cpu_linear's kernel once a call with the decode graph on; over 4 rows (fp32) only on a CPU with
+    AVX-512 (the wide kernel), over 3 and MAX_ROWS + 1 rows never; the logits equal the wrapped model's
     own, a NaN row's too, on strided rows."""
     config = tiny.CONFIG.to_dict() | {"tie_word_embeddings": True}
     save_tiny(type(tiny.CONFIG).from_dict(config), tmp_path, randomize_norms=True)
@@ -208,7 +208,7 @@ def test_level_2_decode_graph_runs_a_tied_head_of_few_rows_on_the_kernel(tmp_pat
     hidden = torch.randn(cpu_linear.MAX_ROWS + 1, tiny.CONFIG.hidden_size + 16)[:, :tiny.CONFIG.hidden_size]
     hidden[1, 5] = float("nan")
     wide = int(cpu_linear.rows_served(torch.float32) == cpu_linear.MAX_ROWS)
-    for rows, on_kernel in ((1, 1), (2, 1), (3, wide), (cpu_linear.MAX_ROWS + 1, 0)):
+    for rows, on_kernel in ((1, 1), (2, 1), (3, 0), (4, wide), (cpu_linear.MAX_ROWS + 1, 0)):
         calls = cpu_linear.calls
         got = compiled.compute_logits(hidden[:rows])
         assert cpu_linear.calls - calls == on_kernel, rows
@@ -254,12 +254,12 @@ def test_level_2_with_inductor(tiny_dir, eager_tokens, monkeypatch):
     its guards: its first step has 4 sequences, its last 1. The weights are packed for oneDNN (the
     size bound lowered), so the decode graph traces onednn_linear calls, whose packed weights are
     graph inputs; Inductor compiles it around their cpu_linear replacements, which run the C++
-    kernel once per linear and step of at most cpu_linear.rows_served sequences, as the C++
+    kernel once per linear and step of the sequences it takes (below), as the C++
     attention kernel (ascendtile/cpu/decode_attention.py) runs once per layer and step. The general
     graph's rope and attention are C++ kernels of any batch (ascendtile/cpu/rotary_embedding.py,
     unified_attention.py): once each per layer and step that is not a decode step. The LM head of a
-    step that samples at most that many sequences runs the kernel too: on a CPU with AVX-512 (fp32
-    products of up to 64 rows) every step, elsewhere (2 rows) some."""
+    step that samples as many sequences runs the kernel too: 1 or 2, and on a CPU with AVX-512
+    (fp32 products of 4 to 64 rows in the wide kernel) 4; 3 never."""
     monkeypatch.setattr(linear_module, "ONEDNN_MIN_WEIGHT_ELEMENTS", 0)
     counts = _count_onednn_linears(monkeypatch)
     kernel_calls, linear_calls = cpu_decode_attention.calls, cpu_linear.calls
@@ -282,11 +282,12 @@ def test_level_2_with_inductor(tiny_dir, eager_tokens, monkeypatch):
     assert calls["guarded"] == 2 and calls["direct"] >= 60
     steps = calls["guarded"] + calls["direct"]
     assert cpu_decode_attention.calls - kernel_calls == tiny.CONFIG.num_hidden_layers * steps
-    served = cpu_linear.rows_served(torch.float32)
-    few = sum(batch <= served for batch in batches)
-    assert len(batches) == steps and 0 < few and (few < steps) == (max(batches) > served)
-    few_heads = sum(rows <= served for rows in heads)
-    assert 0 < few_heads and (few_heads < len(heads)) == (max(heads) > served)
+    wide = cpu_linear.rows_served(torch.float32) == cpu_linear.MAX_ROWS
+    on_kernel = lambda rows: rows <= cpu_linear.FEW_ROWS or wide and cpu_linear.WIDE_MIN_ROWS <= rows  # noqa: E731
+    few = sum(map(on_kernel, batches))
+    assert len(batches) == steps and 0 < few < steps
+    few_heads = sum(map(on_kernel, heads))
+    assert 0 < few_heads < len(heads)
     assert cpu_linear.calls - linear_calls == 4 * tiny.CONFIG.num_hidden_layers * few + few_heads
     general = llm.last_stats.num_steps - steps
     assert general > 0

@@ -1,8 +1,8 @@
 """The CPU few-row linear (ascendtile/cpu/linear.py), built into this session's cache: against the
 fp64 product for 1 and 2 rows (a last tile of fewer outputs, no inputs), and, on a CPU with
-AVX-512, fp32 products of 3 to 64 rows in the wide kernel (passes of every size, tiles cut short);
+AVX-512, fp32 products of 4 to 64 rows in the wide kernel (passes of every size, tiles cut short);
 strided 2-D and 3-D x, a weight sliced from a wider one, biases; NaN and inf staying in their row
-and column; more rows, and other dtypes' 3 rows, where onednn_linear or aten would take them; bad
+and column; more rows, fp32's 3 and other dtypes' 3, where onednn_linear or aten would take them; bad
 inputs; the fake impl; and CPU level 2's decode graph retargeting its linears where the kernel
 serves and builds."""
 import pytest
@@ -59,13 +59,14 @@ WIDE = cl.rows_served(torch.float32) > cl.FEW_ROWS  # this CPU runs the wide ker
 @pytest.mark.parametrize("n, k, bias", [(13, 48, True), (1, 16, False), (576, 576, False), (37, 1536, True),
                                         (7, 0, True)])
 def test_wide_rows_match_the_fp64_product(rows, n, k, bias):
-    """fp32 products of 3 to 64 rows: the wide kernel where this CPU has AVX-512 (the counter grows;
-    n not a multiple of its 6-row tiles, rows split into passes of 1 to 4), aten elsewhere."""
+    """fp32 products of 3 to 64 rows: from 4 rows the wide kernel where this CPU has AVX-512 (the
+    counter grows; n not a multiple of its 6-row tiles, rows split into passes of 1 to 4), aten
+    elsewhere and at 3 rows."""
     x, weight, b = _operands(rows, n, k, torch.float32, bias)
     x = x[:, 0]  # its rows strided
     calls = cl.calls
     out = torch.ops.ascendtile.cpu_linear(x, weight, None, b)
-    assert cl.calls == calls + WIDE and out.shape == (rows, n)
+    assert cl.calls == calls + (WIDE and rows >= cl.WIDE_MIN_ROWS) and out.shape == (rows, n)
     torch.testing.assert_close(out.double(), _product(x, weight, b), rtol=1e-5, atol=1e-5)
 
 
