@@ -22,7 +22,7 @@ import torch
 
 from ascendtile.cpu import build
 from ascendtile.cpu.dispatch_source import SOURCE
-from ascendtile.cpu.linear_source import MAX_ROWS
+from ascendtile.cpu.linear_source import FEW_ROWS, MAX_ROWS, WIDE_MIN_ROWS
 from ascendtile.cpu.paged_operands import HEAD_DIMS
 
 _library: ctypes.CDLL | None = None  # once loaded in this process
@@ -31,7 +31,8 @@ _library: ctypes.CDLL | None = None  # once loaded in this process
 def _source() -> str:
     return (SOURCE.replace("@HEAD_DIMS@", ", ".join(map(str, HEAD_DIMS)))
             .replace("@DTYPES@", ", ".join(map(str, build.DTYPES)))
-            .replace("@LINEAR_MAX_ROWS@", str(MAX_ROWS)))
+            .replace("@LINEAR_MAX_ROWS@", str(MAX_ROWS)).replace("@LINEAR_FEW_ROWS@", str(FEW_ROWS))
+            .replace("@LINEAR_WIDE_MIN_ROWS@", str(WIDE_MIN_ROWS)))
 
 
 def torch_flags() -> tuple[str, ...]:
@@ -58,6 +59,7 @@ def library(cache_dir: str) -> ctypes.CDLL | None:
             _library.ascendtile_set_linear.argtypes = [ctypes.c_int, ctypes.c_void_p]
             _library.ascendtile_set_rotary_embedding.argtypes = [ctypes.c_int, ctypes.c_void_p]
             _library.ascendtile_set_linear_max_rows.argtypes = [ctypes.c_int64]
+            _library.ascendtile_set_linear_wide.argtypes = [ctypes.c_int]
             _library.ascendtile_calls.argtypes, _library.ascendtile_calls.restype = [ctypes.c_char_p], ctypes.c_int64
     return _library
 
@@ -105,6 +107,13 @@ def set_linear_max_rows(rows: int) -> None:
     if not 0 <= rows <= MAX_ROWS:
         raise ValueError(f"rows: at most the kernel's {MAX_ROWS}, got {rows}")
     _loaded().ascendtile_set_linear_max_rows(rows)
+
+
+def set_linear_wide(on: bool) -> None:
+    """Whether cpu_linear's loaded kernels hold the wide one (linear_source.py: fp32 products of
+    WIDE_MIN_ROWS to MAX_ROWS rows, AVX-512 builds), so that the body sends it those products and
+    sends them on otherwise. Loaded library only; linear.load sets it."""
+    _loaded().ascendtile_set_linear_wide(int(on))
 
 
 def calls(op: str) -> int:

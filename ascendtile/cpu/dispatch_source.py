@@ -2,8 +2,8 @@
 `cpu_unified_attention`, `cpu_linear` and `cpu_rotary_embedding` check their operands, pick the
 kernel variant for them from a table that dispatch.register fills, and call it, all inside torch's
 dispatcher. A failed check names the argument in torch's dtype and shape spelling, as ValueError,
-or as RuntimeError for a variant not loaded. `@HEAD_DIMS@`, `@DTYPES@` and `@LINEAR_MAX_ROWS@` are
-filled in from paged_operands.HEAD_DIMS, build.DTYPES and linear_source.MAX_ROWS; the kernel
+or as RuntimeError for a variant not loaded. `@HEAD_DIMS@`, `@DTYPES@` and the `@LINEAR_…@` row
+bounds are filled in from paged_operands.HEAD_DIMS, build.DTYPES and linear_source's bounds; the kernel
 tables are indexed in build.DTYPES' order, which `ascendtile_dtype_index` gives Python by name
 (a rope cache's dtype code is that index too)."""
 
@@ -48,6 +48,7 @@ std::atomic<LinearFn> linear_kernels[3];
 std::atomic<RopeFn> rope_kernels[3];
 std::atomic<int64_t> decode_calls{0}, unified_calls{0}, unified_tiled_calls{0}, linear_calls{0}, rope_calls{0};
 std::atomic<int64_t> linear_max_rows{@LINEAR_MAX_ROWS@};  // more rows: oneDNN or aten
+std::atomic<bool> linear_wide{false};  // the loaded kernels hold the wide one (fp32, AVX-512 builds)
 
 int dtype_index(at::ScalarType t) {
   for (int i = 0; i < 3; ++i) if (DTYPES[i] == t) return i;
@@ -191,7 +192,10 @@ at::Tensor cpu_linear(const at::Tensor& x, const at::Tensor& weight, const std::
                       const std::optional<at::Tensor>& bias) {
   int64_t rows = 1;
   for (int64_t i = 0; i + 1 < x.dim(); ++i) rows *= x.size(i);
-  if (x.dim() == 0 || rows > linear_max_rows.load()) return linear_elsewhere(x, weight, packed, bias);
+  // the rows the kernels take (linear_source.py); others go where the traced call would have gone
+  const int64_t bound = linear_max_rows.load();
+  const bool wide = linear_wide.load() && x.scalar_type() == at::kFloat && rows >= @LINEAR_WIDE_MIN_ROWS@;
+  if (x.dim() == 0 || rows > bound || (rows > @LINEAR_FEW_ROWS@ && !wide)) return linear_elsewhere(x, weight, packed, bias);
   const auto dtype = weight.scalar_type();
   TORCH_CHECK_VALUE(linear_served(weight), "weight: no kernel for ", dtype_name(dtype), " ", tuple(weight.sizes()),
                     " with strides ", tuple(weight.strides()),
@@ -210,9 +214,7 @@ at::Tensor cpu_linear(const at::Tensor& x, const at::Tensor& weight, const std::
   at::Tensor out = at::empty({rows, n}, x.options());
   const int status = kernel(out.data_ptr(), flat.data_ptr(), weight.data_ptr(), bias ? bias->data_ptr() : nullptr,
                             rows, n, k, flat.stride(0), weight.stride(0), out.stride(0), at::get_num_threads());
-  // 1: the kernel takes no product of this many rows in this dtype and build (linear_source.py's
-  // wide kernel: fp32 only, AVX-512 builds only)
-  if (status != 0) return linear_elsewhere(x, weight, packed, bias);
+  TORCH_INTERNAL_ASSERT(status == 0, "cpu_linear: no kernel for ", rows, " rows of ", k);  // ruled out above
   linear_calls++;
   if (x.dim() == 2) return out;
   std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end() - 1);
@@ -287,6 +289,7 @@ extern "C" void ascendtile_set_rotary_embedding(int dtype, void* kernel) {
 }
 
 extern "C" void ascendtile_set_linear_max_rows(int64_t rows) { linear_max_rows = rows; }
+extern "C" void ascendtile_set_linear_wide(int on) { linear_wide = on != 0; }
 
 extern "C" int64_t ascendtile_calls(const char* op) {
   if (std::strcmp(op, "cpu_decode_attention") == 0) return decode_calls.load();

@@ -36,8 +36,11 @@ _kernels: dict[tuple[torch.dtype], ctypes._CFuncPtr] = {}  # (dtype,) -> entry p
 def load(cache_dir: str, dtypes: list[torch.dtype]) -> bool:
     """Build (or load from cache_dir) the kernels for these dtypes (DTYPES) and the op's C++ body
     (dispatch.py); False where they cannot be built here."""
-    return dispatch.load_op("cpu_linear", SOURCE, cache_dir, _ARGTYPES, [(dtype,) for dtype in dtypes], _kernels,
-                            build.avx512_flags())
+    flags = build.avx512_flags()
+    if not dispatch.load_op("cpu_linear", SOURCE, cache_dir, _ARGTYPES, [(dtype,) for dtype in dtypes], _kernels, flags):
+        return False
+    dispatch.set_linear_wide(bool(flags))
+    return True
 
 
 def rows_served(dtype: torch.dtype) -> int:

@@ -165,7 +165,7 @@ template <typename T>
 static int dispatch(void* out, const void* x, const void* w, const void* bias, int64_t rows, int64_t n, int64_t k,
                     int64_t x_s, int64_t w_s, int64_t o_s, int threads) {
   if (k % 16 != 0 || rows > @MAX_ROWS@) return 1;
-  if (rows > @FEW_ROWS@) {
+  if (rows > @FEW_ROWS@) {  // the op body sends only the wide kernel's products here (dispatch.set_linear_wide)
 #if defined(__AVX512F__)
     if constexpr (std::is_same<T, float>::value) {
       if (rows < @WIDE_MIN_ROWS@) return 1;

@@ -131,10 +131,13 @@ def test_bad_inputs_name_the_argument(change, match):
 
 def test_not_loaded_says_so():
     """A dtype taken out of the op's table (dispatch.register with None) is named as not loaded;
-    the others still run."""
+    the others still run, and so do its products of rows no kernel takes (the body sends those on
+    before it looks for a kernel)."""
     dispatch.register("cpu_linear", (torch.bfloat16,), None)
     try:
         torch.ops.ascendtile.cpu_linear(torch.randn(1, 16), torch.randn(4, 16), None, None)
+        x, weight = torch.randn(3, 16).bfloat16(), torch.randn(4, 16).bfloat16()
+        assert torch.equal(torch.ops.ascendtile.cpu_linear(x, weight, None, None), F.linear(x, weight))
         with pytest.raises(RuntimeError, match="^cpu_linear: the kernel is not loaded for torch.bfloat16"):
             torch.ops.ascendtile.cpu_linear(torch.randn(1, 16).bfloat16(), torch.randn(4, 16).bfloat16(), None, None)
     finally:
