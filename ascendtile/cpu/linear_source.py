@@ -52,24 +52,38 @@ template <typename T> static void widen_row(const T* x, float* o, int64_t k) {
     for (int l = 0; l < 16; ++l) o[c + (split ? l % 2 * 8 + l / 2 : l)] = widen(x[c + l]);
 }
 
-// R rows (all of them) x outputs [n0, n0 + 8 / R); outputs past the end repeat the last one's work
-// and are not written
+// A tile's O weight rows from row n0 (rows past n: the last row again, its outputs never written)
+// and the span of the next tile's rows, which the tile prefetches while it multiplies.
+template <typename T, int O>
+struct TileRows {
+  const T* row[O];
+  const char* next;
+  int64_t next_bytes;
+  TileRows(const T* w, int64_t n0, int64_t n, int64_t w_s) {
+    for (int i = 0; i < O; ++i) row[i] = w + std::min(n0 + i, n - 1) * w_s;
+    next = (const char*)(w + std::min(n0 + O, n - 1) * w_s);
+    next_bytes = (std::min(n0 + 2 * O, n) - std::min(n0 + O, n)) * w_s * int64_t(sizeof(T));
+  }
+};
+
+// bytes [from, from + count) of span, up to `end`, a cache line at a time
+static inline void prefetch_share(const char* span, int64_t from, int64_t count, int64_t end) {
+  for (int64_t byte = from; byte < std::min(from + count, end); byte += 64) __builtin_prefetch(span + byte);
+}
+
+// R rows (all of them) x outputs [n0, n0 + 8 / R)
 template <typename T, int R>
 static void tile(T* out, const float* xs, const T* w, const T* bias, int64_t n0, int64_t n, int64_t k,
                  int64_t w_s, int64_t o_s) {
   constexpr int O = 8 / R;
-  const T* wr[O];
-  for (int i = 0; i < O; ++i) wr[i] = w + std::min(n0 + i, n - 1) * w_s;
-  const char* ahead = (const char*)(w + std::min(n0 + O, n - 1) * w_s);
-  const int64_t ahead_bytes = (std::min(n0 + 2 * O, n) - std::min(n0 + O, n)) * w_s * int64_t(sizeof(T));
+  const TileRows<T, O> rows(w, n0, n, w_s);
   const int64_t step_bytes = O * 16 * int64_t(sizeof(T));
   v8 acc[8] = {};
   for (int64_t c = 0; c < k; c += 16) {
-    for (int64_t byte = c / 16 * step_bytes; byte < std::min(c / 16 * step_bytes + step_bytes, ahead_bytes); byte += 64)
-      __builtin_prefetch(ahead + byte);
+    prefetch_share(rows.next, c / 16 * step_bytes, step_bytes, rows.next_bytes);
     for (int i = 0; i < O; ++i) {
       v8 a, b;
-      load16(wr[i] + c, a, b);
+      load16(rows.row[i] + c, a, b);
       for (int r = 0; r < R; ++r) {
         v8 xa, xb;
         std::memcpy(&xa, xs + r * k + c, 32); std::memcpy(&xb, xs + r * k + c + 8, 32);
@@ -95,7 +109,6 @@ static void product(T* out, const T* x, const T* w, const T* bias, int64_t n, in
 }
 
 #if defined(__AVX512F__)
-typedef float v16 __attribute__((vector_size(64)));
 constexpr int WIDE_O = 6, WIDE_R = 4;
 
 // x rows [0, R) (row stride x_s) x the tile's weight rows wr over the whole of k; the first
@@ -106,7 +119,7 @@ static void wide_pass(float* out, const float* x, const float* const* wr, int wr
   v16 acc[WIDE_O * R] = {};
   const int64_t step = (ahead_bytes / std::max<int64_t>(k / 16, 1) + 63) / 64 * 64;  // k = 0: no chunks
   for (int64_t c = 0, pf = 0; c < k; c += 16, pf += step) {
-    for (int64_t b = pf; b < std::min(pf + step, ahead_bytes); b += 64) __builtin_prefetch(ahead + b);
+    prefetch_share(ahead, pf, step, ahead_bytes);
     v16 wv[WIDE_O];
     for (int i = 0; i < WIDE_O; ++i) std::memcpy(&wv[i], wr[i] + c, 64);
     for (int r = 0; r < R; ++r) {
@@ -132,22 +145,20 @@ static void wide_pass(float* out, const float* x, const float* const* wr, int wr
   }
 }
 
-// Threads split the tiles; a tile's weight rows past n repeat the last row's and are not written.
+// Threads split the tiles (TileRows: a tile's rows past n are not written).
 static void wide_product(float* out, const float* x, const float* w, const float* bias, int64_t rows, int64_t n,
                          int64_t k, int64_t x_s, int64_t w_s, int64_t o_s, int threads) {
   const int64_t passes = (rows + WIDE_R - 1) / WIDE_R;
   #pragma omp parallel for schedule(static) num_threads(threads)
   for (int64_t n0 = 0; n0 < n; n0 += WIDE_O) {
-    const float* wr[WIDE_O];
-    for (int i = 0; i < WIDE_O; ++i) wr[i] = w + std::min(n0 + i, n - 1) * w_s;
+    const TileRows<float, WIDE_O> weights(w, n0, n, w_s);
     const int written = int(std::min<int64_t>(WIDE_O, n - n0));
-    const char* ahead = (const char*)(w + std::min(n0 + WIDE_O, n - 1) * w_s);
-    const int64_t ahead_bytes = (std::min(n0 + 2 * WIDE_O, n) - std::min(n0 + WIDE_O, n)) * w_s * int64_t(sizeof(float));
-    for (int64_t p = 0, r0 = 0; p < passes; ++p) {
+    for (int64_t p = 0, r0 = 0; p < passes; ++p) {  // each pass prefetches its share of the next tile
       const int64_t r1 = rows * (p + 1) / passes;
-      const int64_t pf0 = ahead_bytes * p / passes / 64 * 64;
-      const int64_t pf1 = p + 1 == passes ? ahead_bytes : ahead_bytes * (p + 1) / passes / 64 * 64;
-#define PASS(R) wide_pass<R>(out + r0 * o_s, x + r0 * x_s, wr, written, bias, n0, k, x_s, o_s, ahead + pf0, pf1 - pf0)
+      const int64_t pf0 = weights.next_bytes * p / passes / 64 * 64;
+      const int64_t pf1 = p + 1 == passes ? weights.next_bytes : weights.next_bytes * (p + 1) / passes / 64 * 64;
+#define PASS(R) wide_pass<R>(out + r0 * o_s, x + r0 * x_s, weights.row, written, bias, n0, k, x_s, o_s, weights.next + pf0, \
+                             pf1 - pf0)
       switch (r1 - r0) {
         case 1: PASS(1); break;
         case 2: PASS(2); break;

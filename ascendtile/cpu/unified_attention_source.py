@@ -95,8 +95,8 @@ static inline void add_values(const float* p, const float* v, float* o, int keys
 
 // A row's softmax runs on 512-bit vectors where the library is built for AMX (and so AVX-512).
 #if ASCENDTILE_AMX
-typedef float row_v __attribute__((vector_size(64)));
-typedef int32_t row_i __attribute__((vector_size(64)));
+typedef v16 row_v;
+typedef i16 row_i;
 #else
 typedef v8 row_v;
 typedef i8 row_i;

@@ -1,7 +1,8 @@
 """C++ that the CPU kernels' sources share (decode_attention_source.py, unified_attention_source.py,
-linear_source.py, rotary_embedding_source.py), placed before each: 256-bit GCC vector types, the
-element types' widening to fp32 (one element, or eight into a vector) and rounding back (to nearest
-even, as torch's casts), and sum8, a shuffle tree that sums eight vectors' lanes at once; EXP8, the
+linear_source.py, rotary_embedding_source.py), placed before each: 256-bit GCC vector types (and
+512-bit ones, v16 and i16, where the compiler targets AVX-512), the element types' widening to
+fp32 (one element, or eight into a vector) and rounding back (to nearest even, as torch's casts),
+and sum8, a shuffle tree that sums eight vectors' lanes at once; EXP8, the
 attention kernels' vector exp (any width; exp8 on 256 bits), follows it in theirs."""
 
 PRELUDE = r'''
@@ -48,6 +49,12 @@ static inline v8 load8(const bf16_t* p) {
 }
 #endif
 static inline v8 load8(const _Float16* p) { h8 h; std::memcpy(&h, p, 16); return __builtin_convertvector(h, v8); }
+
+#if defined(__AVX512F__)
+// 512-bit vectors, for the kernels built with AVX-512 (build.AVX512_FLAGS; build.AMX_FLAGS include it)
+typedef float v16 __attribute__((vector_size(64)));
+typedef int32_t i16 __attribute__((vector_size(64)));
+#endif
 
 // a broadcast: `(v8){} + x` had cost a scalar add before each (0 + x is not x for x = -0)
 static inline v8 splat(float x) { return (v8){x, x, x, x, x, x, x, x}; }
