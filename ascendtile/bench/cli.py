@@ -58,6 +58,10 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     e2e.add_argument("--compilation-level", type=int, choices=(0, 1, 2, 3), default=0,
                      help="ours: 0 eager, 1 torch.compile as is, 2 Dynamo once, 3 piecewise (2 and 3 compile in "
                      "the warm-up run; compiles and seconds go to the table and JSON)")
+    e2e.add_argument("--rounds", type=int, default=1,
+                     help="time every engine this many times, in turn each round (ours stays loaded meanwhile): each "
+                          "row is the engine's median round, 'ours / this' the median of the rounds' ratios; for a "
+                          "machine whose speed drifts between runs")
     e2e.add_argument("--tensor-parallel-size", type=int, default=1,
                      help="ours on N spawned ranks; reports the bytes all-reduced / all-gathered per decode step")
     e2e.add_argument("--workload", choices=WORKLOADS, default="random",

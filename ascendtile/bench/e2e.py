@@ -15,6 +15,10 @@ captures on NPU/CUDA, each on the first step of its size). The compile count and
 in the backend are reported beside the table and in the JSON (`compilation`); seconds of compiling
 that fell inside a timed run are printed and noted in its row.
 
+With rounds N > 1, every engine is timed N times, in turn each round (ours stays loaded meanwhile):
+a row is the engine's median round and its ratio the median of the rounds' ratios, so a machine
+whose speed drifts from minute to minute (a shared host) moves each ratio less than one run each.
+
 With a tensor-parallel size N > 1, ours runs on N spawned ranks, and the bytes rank 0's
 collectives move are reported: per decode step of the whole batch (the difference between two
 untimed calls generating 3 and 2 tokens from the same prompts, whose prefills move the same bytes: exactly
@@ -111,16 +115,31 @@ def agreement(ours: list[list[int]] | None, theirs: list[list[int]] | None) -> f
     return sum(a == b for a, b in pairs) / len(pairs) if pairs else None
 
 
-def summarise(result: RunResult, ours: RunResult) -> dict:
+def summarise(result: RunResult, ours: RunResult, ours_over_this: float) -> dict:
     return {
         "engine": result.engine, "wall_s": result.wall_s, "prompt_tokens": result.prompt_tokens,
         "output_tokens": result.output_tokens, "output_tok_s": result.output_tok_s, "total_tok_s": result.total_tok_s,
         "ttft_ms": {k: v * 1e3 for k, v in percentiles(result.ttft_s).items()},
         "tpot_ms": {k: v * 1e3 for k, v in percentiles(result.tpot_s).items()},
-        "ours_over_this": ours.output_tok_s / result.output_tok_s,
+        "ours_over_this": ours_over_this,
         "token_agreement_with_ours": agreement(ours.token_ids, result.token_ids),
         "notes": result.notes,
     }
+
+
+def median_rounds(rounds: list[list[RunResult]]) -> tuple[list[RunResult], list[float], dict[str, dict]]:
+    """Rounds of rows (ours first, the engines in one order each round) -> each engine's median
+    round (by output tokens/s; the lower one of an even count), the median (low) of its rounds'
+    ours / this ratios, and per engine its rounds' output tokens/s and ratios."""
+    rows, ratios, by_engine = [], [], {}
+    for column in zip(*rounds):
+        engines = {row.engine for row in column}
+        assert len(engines) == 1, f"the rounds ran different engines: {sorted(engines)}"
+        rows.append(sorted(column, key=lambda row: row.output_tok_s)[(len(column) - 1) // 2])
+        per_round = [timed[0].output_tok_s / row.output_tok_s for timed, row in zip(rounds, column)]
+        ratios.append(statistics.median_low(per_round))
+        by_engine[column[0].engine] = {"output_tok_s": [row.output_tok_s for row in column], "ours_over_this": per_round}
+    return rows, ratios, by_engine
 
 
 def compute_roof(params: int, ours: RunResult, dtype: torch.dtype) -> dict:
@@ -196,7 +215,7 @@ def run(model: str, num_prompts: int, input_len: int, output_len: int, dtype: st
         temperature: float = 0.0, top_p: float = 1.0, compilation_level: int = 0, cpu_decode_graph: bool = False,
         tensor_parallel_size: int = 1, vllm_interpreter: Path | None = None, vllm_eager: bool = False,
         speculative_config: dict | None = None, workload: str = "random", quantization: str | None = None,
-        quantized_dtype: str | None = None) -> dict:
+        quantized_dtype: str | None = None, rounds: int = 1) -> dict:
     """vllm_interpreter: the Python of vLLM's venv (default: see peers.vllm_python); vllm_eager:
     the vLLM peers with enforce_eager (else vLLM's default compilation, its fastest setting);
     speculative_config: ours with LLM's speculative_config, and ours without it beside as the row
@@ -205,9 +224,14 @@ def run(model: str, num_prompts: int, input_len: int, output_len: int, dtype: st
     peers run the random workload only). quantization: ours with LLM's quantization in
     quantized_dtype (None: the dtype LLM picks for it, bfloat16 for "w4a16"), and ours with float
     weights in `dtype` beside as the row "ascendtile (float weights)"; the peers run `dtype` on
-    float weights (llama.cpp on the GGUF's own blocks)."""
+    float weights (llama.cpp on the GGUF's own blocks). rounds: every engine is timed that many
+    times, in turn each round (ours, then the others; ours stays loaded while they run, except in
+    the last round, which frees it first); the rows are each engine's median round and the median
+    of its rounds' ratios (median_rounds), the JSON's `rounds_by_engine` every round."""
     from ascendtile.runtime import LLM
 
+    if rounds < 1:
+        raise ValueError(f"rounds: at least 1, got {rounds}")
     if workload not in WORKLOADS:
         raise ValueError(f"workload: expected one of {', '.join(WORKLOADS)}, got {workload!r}")
     if workload != "random" and compare:
@@ -225,67 +249,79 @@ def run(model: str, num_prompts: int, input_len: int, output_len: int, dtype: st
                    tensor_parallel_size=tensor_parallel_size, enable_prefix_caching=False,
                    speculative_config=speculative, quantization=quantization if quantized else None)
 
+    def run_peer(peer: str) -> RunResult | str:
+        """One timed run of the peer, or why it cannot run here."""
+        if peer == "hf":
+            return run_hf(path, prompts, output_len, DTYPES[dtype], platform.default_device(), temperature, top_p)
+        if peer in VLLM_PEERS:
+            python = vllm_python(vllm_interpreter)
+            if not python.is_file():
+                return (f"no vLLM Python at {python} (make install-vllm builds .venv-vllm; or --vllm-python / "
+                        "ASCENDTILE_VLLM_PYTHON)")
+            return _run_vllm_peer(peer, path, prompts, output_len, dtype, python, out_dir, temperature, top_p,
+                                  vllm_eager, max_num_batched_tokens)
+        if not llamacpp_available():
+            return "xllamacpp is not installed (pip install xllamacpp)"
+        if sampled:
+            return "the llama.cpp peer decodes greedily only"
+        if path.suffix != ".gguf":
+            return f"llama.cpp needs a .gguf model, got {path}"
+        return _run_llamacpp_peer(peer, path, prompts, output_len, out_dir)
+
     llm = ours_llm(speculative_config, quantization is not None)
     ours_dtype = str(llm.config.dtype).removeprefix("torch.")
     params = llm.num_parameters
     prompts = workload_prompts(llm, workload, num_prompts, input_len)
     sampled, ignore_eos = temperature > 0, workload == "random"
-    ours = _greedy_only(run_ours(llm, prompts, output_len, temperature, top_p, ignore_eos=ignore_eos), sampled)
-    num_preemptions = llm.last_stats.num_preemptions  # of the measured generate() call
-    spec = llm.spec_decode_metrics
-    spec_decode = None if spec is None else {
-        "config": speculative_config, **asdict(spec), "acceptance_rate": spec.acceptance_rate,
-        "mean_acceptance_length": spec.mean_acceptance_length, "summary": spec.describe()}
-    collectives = None
-    if tensor_parallel_size > 1:
-        ours.notes.append(f"tensor parallel size {tensor_parallel_size} (spawned ranks)")
-        collectives = collective_traffic(llm, prompts, llm.last_stats.collective_bytes, ours.output_tokens)
-    results = [ours]
-    if sampled:
-        results.append(run_ours(llm, prompts, output_len, engine="ascendtile greedy", ignore_eos=ignore_eos))
-    compilation = compilation_record(llm.engine.model if llm.engine is not None else None, compilation_level)
-    llm.shutdown()
-    del llm  # free its KV cache before a peer loads its own copy of the model
     baselines = {"ascendtile (no speculation)": speculative_config is not None,
                  "ascendtile (float weights)": quantization is not None}
-    for engine in (name for name, wanted in baselines.items() if wanted):
-        base = ours_llm(None, False)
-        if quantization is not None:
-            params = base.num_parameters  # the roof counts weights, not the bytes W4A16 packs them in
-        results.append(_greedy_only(run_ours(base, prompts, output_len, temperature, top_p, ignore_eos=ignore_eos,
-                                             engine=engine), sampled))
-        results[-1].notes.append(f"float weights, {str(base.config.dtype).removeprefix('torch.')}")
-        base.shutdown()
-        del base
-    skipped = {}
-    for peer in compare:
-        if peer == "hf":
-            hf = run_hf(path, prompts, output_len, DTYPES[dtype], platform.default_device(), temperature, top_p)
-            results.append(_greedy_only(hf, sampled))
-        elif peer in VLLM_PEERS:
-            python = vllm_python(vllm_interpreter)
-            if not python.is_file():
-                skipped[peer] = (f"no vLLM Python at {python} (make install-vllm builds .venv-vllm; or --vllm-python / "
-                                 "ASCENDTILE_VLLM_PYTHON)")
-                continue
-            vllm = _run_vllm_peer(peer, path, prompts, output_len, dtype, python, out_dir, temperature, top_p,
-                                  vllm_eager, max_num_batched_tokens)
-            results.append(_greedy_only(vllm, sampled))
-        elif not llamacpp_available():
-            skipped[peer] = "xllamacpp is not installed (pip install xllamacpp)"
-        elif sampled:
-            skipped[peer] = "the llama.cpp peer decodes greedily only"
-        elif path.suffix != ".gguf":
-            skipped[peer] = f"llama.cpp needs a .gguf model, got {path}"
-        else:
-            results.append(_run_llamacpp_peer(peer, path, prompts, output_len, out_dir))
+    timed, skipped = [], {}
+    for round_index in range(rounds):
+        ours = _greedy_only(run_ours(llm, prompts, output_len, temperature, top_p, ignore_eos=ignore_eos), sampled)
+        results = [ours]
+        if round_index == 0:
+            num_preemptions = llm.last_stats.num_preemptions  # of the measured generate() call
+            spec = llm.spec_decode_metrics
+            spec_decode = None if spec is None else {
+                "config": speculative_config, **asdict(spec), "acceptance_rate": spec.acceptance_rate,
+                "mean_acceptance_length": spec.mean_acceptance_length, "summary": spec.describe()}
+            collectives = None
+            if tensor_parallel_size > 1:
+                collectives = collective_traffic(llm, prompts, llm.last_stats.collective_bytes, ours.output_tokens)
+        if tensor_parallel_size > 1:
+            ours.notes.append(f"tensor parallel size {tensor_parallel_size} (spawned ranks)")
+        if sampled:
+            results.append(run_ours(llm, prompts, output_len, engine="ascendtile greedy", ignore_eos=ignore_eos))
+        if round_index == rounds - 1:
+            compilation = compilation_record(llm.engine.model if llm.engine is not None else None, compilation_level)
+            llm.shutdown()
+            del llm  # free its KV cache before a peer loads its own copy of the model
+        for engine in (name for name, wanted in baselines.items() if wanted):
+            base = ours_llm(None, False)
+            if quantization is not None:
+                params = base.num_parameters  # the roof counts weights, not the bytes W4A16 packs them in
+            results.append(_greedy_only(run_ours(base, prompts, output_len, temperature, top_p, ignore_eos=ignore_eos,
+                                                 engine=engine), sampled))
+            results[-1].notes.append(f"float weights, {str(base.config.dtype).removeprefix('torch.')}")
+            base.shutdown()
+            del base
+        for peer in compare:
+            result = run_peer(peer)
+            if isinstance(result, str):
+                skipped[peer] = result
+            else:
+                results.append(_greedy_only(result, sampled))
+        timed.append(results)
+    results, ratios, by_engine = median_rounds(timed)
+    ours = results[0]
     payload = {
         "benchmark": "e2e", "model": str(path), "dtype": dtype, "num_prompts": num_prompts, "input_len": input_len,
         "output_len": output_len, "workload": workload, "temperature": temperature, "top_p": top_p, "num_preemptions": num_preemptions,
         "compilation": compilation, "tensor_parallel_size": tensor_parallel_size, "collectives": collectives,
         "spec_decode": spec_decode, "quantization": None if quantization is None else {
             "method": quantization, "dtype": ours_dtype},
-        "rows": [summarise(r, ours) for r in results], "skipped": skipped,
+        "rows": [summarise(r, ours, ratio) for r, ratio in zip(results, ratios)], "skipped": skipped,
+        "rounds": rounds, "rounds_by_engine": by_engine,
         "roof": compute_roof(params, ours, DTYPES[dtype]), "device": platform.device_kind(), "isa": platform.cpu_isa(),
         "cpu_vendor": platform.cpu_vendor(),
     }
@@ -314,6 +350,13 @@ def table(record: dict) -> str:
         f"compute roof: {roof['gemm_gflops']:,.1f} GFLOP/s GEMM ({roof['peak_source']}) / (2 x {roof['params'] / 1e6:,.1f} M params)"
         f" = {roof['roof_tok_s']:,.0f} tokens/s; ours {roof['ours_total_tok_s_frac_of_roof']:.1%} of it (total tokens)",
     ]
+    if record["rounds"] > 1:
+        lines.append(f"{record['rounds']} rounds, the engines in turn each round: a row is the engine's median round (by out "
+                     "tok/s), 'ours / this' the median of its rounds' ratios")
+        lines += [f"  {engine}: out tok/s {', '.join(f'{v:,.1f}' for v in runs['output_tok_s'])}; ours / this "
+                  f"{', '.join(f'{v:.3f}' for v in runs['ours_over_this'])}"
+                  for engine, runs in record["rounds_by_engine"].items() if engine != "ascendtile"]
+        lines.append(f"  ascendtile: out tok/s {', '.join(f'{v:,.1f}' for v in record['rounds_by_engine']['ascendtile']['output_tok_s'])}")
     if record.get("quantization"):
         q = record["quantization"]
         lines.append(f"ascendtile: {q['method']} weights, {q['dtype']} activations; the other rows float weights")
@@ -339,7 +382,8 @@ def main(args: argparse.Namespace) -> int:
                  cpu_decode_graph=args.cpu_decode_graph,
                  tensor_parallel_size=args.tensor_parallel_size, vllm_interpreter=args.vllm_python,
                  vllm_eager=args.vllm_mode == "eager", speculative_config=speculative_config_from_args(args),
-                 workload=args.workload, quantization=args.quantize, quantized_dtype=args.dtype, **sizes)
+                 workload=args.workload, quantization=args.quantize, quantized_dtype=args.dtype, rounds=args.rounds,
+                 **sizes)
     print(table(record))
     print(f"wrote {args.out / 'e2e.json'}")
     return 0

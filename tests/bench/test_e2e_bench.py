@@ -41,9 +41,15 @@ def _hf_loaded_once():
 @pytest.mark.slow
 def test_e2e_quick_against_hf_prints_ratios(tmp_path, capsys):
     assert main(["bench", "e2e", "--quick", "--compare", "hf", "--compare", "llama.cpp", "--compare", "llama.cpp-f32",
-                 "--out", str(tmp_path)]) == 0
+                 "--rounds", "2", "--out", str(tmp_path)]) == 0
     record = json.loads((tmp_path / "e2e.json").read_text())
     engines = [row["engine"] for row in record["rows"]]
+    # two rounds: a row is its engine's slower round, its ratio the lower of the rounds' ratios
+    assert record["rounds"] == 2 and list(record["rounds_by_engine"]) == engines
+    for row in record["rows"]:
+        runs = record["rounds_by_engine"][row["engine"]]
+        assert len(runs["output_tok_s"]) == len(runs["ours_over_this"]) == 2
+        assert row["output_tok_s"] == min(runs["output_tok_s"]) and row["ours_over_this"] == min(runs["ours_over_this"])
     assert engines[:2] == ["ascendtile", "hf"]
     # llama.cpp runs when the optional xllamacpp wheel is installed, and is reported as skipped otherwise.
     for peer in ("llama.cpp", "llama.cpp-f32"):
@@ -64,6 +70,7 @@ def test_e2e_quick_against_hf_prints_ratios(tmp_path, capsys):
     assert record["cpu_vendor"] == platform.cpu_vendor()
     out = capsys.readouterr().out
     assert "ours / this" in out and "compute roof" in out and f"CPU ISA {record['isa']}" in out
+    assert "2 rounds, the engines in turn each round" in out and "  hf: out tok/s " in out
 
 
 
@@ -132,6 +139,24 @@ def test_compiling_inside_the_timed_run_is_noted(tmp_path):
         assert any(note.endswith(e2e.TIMED_COMPILE) for note in result.notes) == noted, (config, result.notes)
         if config["level"] == 2:
             assert batches[:batches.index(3)] == [2, 1] and set(batches[batches.index(3):]) == {3}
+
+
+def test_median_rounds_takes_each_engines_median_round_and_median_ratio():
+    def result(engine, wall_s):
+        return RunResult(engine, wall_s, prompt_tokens=10, output_tokens=100, ttft_s=[0.1], tpot_s=[0.01])
+
+    # ours' walls 1, 4, 2 s; the peer's 2, 2, 8 s: the peer's ratios (ours / peer) 2, 0.5, 4
+    rounds = [[result("ascendtile", 1.0), result("peer", 2.0)], [result("ascendtile", 4.0), result("peer", 2.0)],
+              [result("ascendtile", 2.0), result("peer", 8.0)]]
+    rows, ratios, by_engine = e2e.median_rounds(rounds)
+    assert [row.wall_s for row in rows] == [2.0, 2.0]  # each engine's median round by tokens/s
+    assert ratios == [1.0, 2.0]  # median of (2, 0.5, 4), not the ratio of the median rows (1.0)
+    assert by_engine["peer"] == {"output_tok_s": [50.0, 50.0, 12.5], "ours_over_this": [2.0, 0.5, 4.0]}
+    assert e2e.median_rounds(rounds[:1])[1] == [1.0, 2.0]  # one round: its own ratios
+    with pytest.raises(AssertionError, match="different engines"):
+        e2e.median_rounds([[result("ascendtile", 1.0), result("peer", 1.0)], [result("ascendtile", 1.0), result("hf", 1.0)]])
+    with pytest.raises(ValueError, match="^rounds: at least 1, got 0"):
+        e2e.run("default", 1, 8, 4, "fp32", [], Path("unused"), rounds=0)
 
 
 def test_prompts_are_deterministic_plain_tokens():
