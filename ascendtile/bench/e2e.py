@@ -16,8 +16,8 @@ in the backend are reported beside the table and in the JSON (`compilation`); se
 that fell inside a timed run are printed and noted in its row.
 
 With rounds N > 1, every engine is timed N times, in turn each round (ours stays loaded meanwhile):
-a row is the engine's median round and its ratio the median of the rounds' ratios, so a machine
-whose speed drifts from minute to minute (a shared host) moves each ratio less than one run each.
+a row is the engine's median round and its ratio the median of the rounds' ratios, each of them
+ours and the peer minutes apart, for a machine whose speed drifts between runs (a shared host).
 
 With a tensor-parallel size N > 1, ours runs on N spawned ranks, and the bytes rank 0's
 collectives move are reported: per decode step of the whole batch (the difference between two
