@@ -16,12 +16,13 @@ ALLOWED = {
     "ops": {"platform"},  # launchers are named as strings ("ascendtile.kernels.norm:rms_norm"), imported on first call
     "lowering": {"kernels", "platform"},
     "distributed": set(),
-    "model": {"distributed", "ops", "platform"},
+    "huge_pages": set(),  # madvise over CPU tensors' memory
+    "model": {"distributed", "huge_pages", "ops", "platform"},
     "cpu": set(),  # C++ kernels of the CPU path, built and loaded on their own
     "compilation": {"cpu", "model", "ops", "platform"},  # passes name ops; decomposition reads ops/reference and cpu
     # ops: the sampler's sampling family; distributed: tensor-parallel ranks join the group, agree on the KV blocks
     "runtime": {"compilation", "distributed", "model", "ops", "platform"},
-    "bench": {"runtime", "compilation", "model", "ops", "kernels", "lowering", "platform"},
+    "bench": {"runtime", "compilation", "huge_pages", "model", "ops", "kernels", "lowering", "platform"},
     "cli": {"bench", "runtime", "compilation", "model", "ops", "lowering", "platform"},
     "integrations": {"ops"},  # other engines (vLLM) on the public ops only
     "__init__": {"ops", "runtime"},

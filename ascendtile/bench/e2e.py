@@ -43,6 +43,7 @@ from ascendtile.bench.peers import RunResult, llamacpp_available, run_hf, run_ll
 from ascendtile.bench.report import format_table, write_json
 from ascendtile.bench.workloads import WORKLOADS, conversations
 from ascendtile.compilation import CompiledModel
+from ascendtile.huge_pages import process_huge_page_bytes
 from ascendtile.model import model_path
 from ascendtile.runtime.cli import speculative_config_from_args
 
@@ -91,6 +92,9 @@ def run_ours(llm, prompts: list[list[int]], output_len: int, temperature: float 
     outputs = llm.generate(prompts, params, use_tqdm=False)
     wall = time.perf_counter() - start
     notes = [f"LLM.generate, {platform.device_kind()}"]
+    on_huge_pages = process_huge_page_bytes()
+    if on_huge_pages:
+        notes.append(f"{on_huge_pages >> 20} MiB of the process on huge pages (huge_pages.py)")
     if compiled_before is not None and model.compile_seconds > compiled_before:
         notes.append(f"{model.compile_seconds - compiled_before:.1f}{TIMED_COMPILE}")
     token_ids = [list(o.outputs[0].token_ids) for o in outputs]

@@ -13,6 +13,7 @@ from ascendtile.bench.e2e import agreement, compute_roof, percentiles, synthetic
 from ascendtile.bench.peaks import DevicePeak, measured_cpu_peak
 from ascendtile.bench.peers import RunResult, vllm_python
 from ascendtile.cli import main
+from ascendtile.huge_pages import process_huge_page_bytes
 from compilation import tiny
 from vllm_venv import vllm_venv
 
@@ -63,6 +64,9 @@ def test_e2e_quick_against_hf_prints_ratios(tmp_path, capsys):
     assert record["compilation"] == {"level": 0, "num_compiles": 0, "compile_s": 0.0,
                                      "summary": "compilation level 0 (NO_COMPILATION): eager"}
     assert record["rows"][1]["token_agreement_with_ours"] is not None
+    # ours reports the process's memory on huge pages where Linux gives them (huge_pages.py)
+    assert any(note.endswith("MiB of the process on huge pages (huge_pages.py)")
+               for note in record["rows"][0]["notes"]) == (process_huge_page_bytes() > 0)
     roof = record["roof"]
     assert roof["params"] > 100e6 and roof["gemm_gflops"] > 0 and roof["roof_tok_s"] > 0
     assert record["dtype"] == "fp32" and roof["peak_source"].endswith("measured, float32 GEMM")  # the run's dtype

@@ -29,11 +29,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from ascendtile.huge_pages import HUGE_PAGE
 from ascendtile.model import LoadedModel, load_model, quantize_w8a8
 from ascendtile.platform import cpu_has_bf16_dot
 from ascendtile.runtime.cli import DEMO_PROMPTS
 from embedded import NEW_TOKENS, SMOLLM2
 from model.helpers import PagedDriver, hf_logits
+from smaps import mapping_of, needs_thp
 
 pytestmark = [pytest.mark.slow, SMOLLM2]
 
@@ -157,3 +159,22 @@ def test_bf16_top1_on_fp32_chat_continuations(smollm2, smollm2_bf16):
         agree += int((bf16_top1 == continuation).sum())
         total += NEW_TOKENS
     assert agree / total >= BF16_AGREEMENT, (agree, total)
+
+
+@needs_thp
+def test_weights_and_kv_cache_sit_on_huge_pages(smollm2):
+    """load_model asks for huge pages under the weights before writing them, and the attention
+    layers under their KV caches before zeroing them (ascendtile/huge_pages.py): the mappings that
+    hold the embedding (113 MB in fp32) and a layer's caches carry the advice and are on huge pages
+    but for their edge blocks."""
+    weight = smollm2.model.model.embed_tokens.weight
+    mapping = mapping_of(weight)
+    assert mapping["advised"] and mapping["huge"] >= weight.nbytes - 2 * HUGE_PAGE
+    model = smollm2.model
+    model.allocate_kv_cache(1024, 16, torch.float32, "cpu")  # 12 MiB a cache
+    try:
+        cache = model.attention_layers()[7].value_cache
+        mapping = mapping_of(cache)
+        assert mapping["advised"] and mapping["huge"] >= cache.nbytes - 2 * HUGE_PAGE
+    finally:
+        model.allocate_kv_cache(0, 16, torch.float32, "cpu")

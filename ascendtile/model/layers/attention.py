@@ -13,6 +13,7 @@ from torch import nn
 
 import ascendtile.ops as ak
 from ascendtile.distributed import tp_rank, tp_size
+from ascendtile.huge_pages import huge_page_zeros
 from ascendtile.model.attention_metadata import AttentionMetadata
 from ascendtile.model.layers.norm import RMSNorm
 from ascendtile.model.layers.parallel_linear import ColumnParallelLinear, RowParallelLinear
@@ -62,11 +63,11 @@ class Attention(nn.Module):
         int8 = ak.check_kv_cache_dtype(kv_cache_dtype)
         self.kv_cache_dtype = kv_cache_dtype
         shape = (num_blocks, block_size, self.num_kv_heads, self.head_dim)
-        self.key_cache = torch.zeros(shape, dtype=torch.int8 if int8 else dtype, device=device)
-        self.value_cache = torch.zeros(shape, dtype=torch.int8 if int8 else dtype, device=device)
+        self.key_cache = huge_page_zeros(shape, torch.int8 if int8 else dtype, device)
+        self.value_cache = huge_page_zeros(shape, torch.int8 if int8 else dtype, device)
         scales = (num_blocks, self.num_kv_heads, block_size)
-        self.k_scale_cache = torch.zeros(scales, dtype=torch.float32, device=device) if int8 else None
-        self.v_scale_cache = torch.zeros(scales, dtype=torch.float32, device=device) if int8 else None
+        self.k_scale_cache = huge_page_zeros(scales, torch.float32, device) if int8 else None
+        self.v_scale_cache = huge_page_zeros(scales, torch.float32, device) if int8 else None
 
     def forward(self, positions: torch.Tensor, x: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         """x [T, hidden] -> [T, hidden]; writes this step's K/V into the paged cache."""

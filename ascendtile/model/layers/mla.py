@@ -24,6 +24,7 @@ from torch import nn
 
 import ascendtile.ops as ak
 from ascendtile.distributed import tp_rank, tp_size
+from ascendtile.huge_pages import huge_page_zeros
 from ascendtile.model.attention_metadata import AttentionMetadata
 from ascendtile.model.layers.linear import Linear
 from ascendtile.model.layers.norm import RMSNorm
@@ -85,9 +86,9 @@ class MLAttention(nn.Module):
                        kv_cache_dtype: str = "auto") -> None:
         int8 = ak.check_kv_cache_dtype(kv_cache_dtype)
         self.kv_cache_dtype = kv_cache_dtype
-        self.kv_cache = torch.zeros((num_blocks, block_size, self.kv_lora_rank + self.rope_dim),
-                                    dtype=torch.int8 if int8 else dtype, device=device)
-        self.kv_scale_cache = torch.zeros((num_blocks, 2, block_size), dtype=torch.float32, device=device) if int8 else None
+        self.kv_cache = huge_page_zeros((num_blocks, block_size, self.kv_lora_rank + self.rope_dim),
+                                        torch.int8 if int8 else dtype, device)
+        self.kv_scale_cache = huge_page_zeros((num_blocks, 2, block_size), torch.float32, device) if int8 else None
 
     def _query(self, x: torch.Tensor) -> torch.Tensor:
         if hasattr(self, "q_proj"):

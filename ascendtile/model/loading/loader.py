@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ascendtile.huge_pages import back_with_huge_pages
 from ascendtile.model.architectures.model_config import ModelConfig
 from ascendtile.model.architectures.registry import model_class
 from ascendtile.model.loading.checkpoint import load_weights, safetensors_tensors
@@ -40,9 +41,12 @@ def _default_dtype(dtype: torch.dtype):
 
 
 def build_model(config: ModelConfig, dtype: torch.dtype, device: str | torch.device) -> nn.Module:
-    """The model with uninitialised parameters, created directly on `device` in `dtype`."""
+    """The model with uninitialised parameters, created directly on `device` in `dtype`; on CPU their
+    memory is asked for huge pages before the weights are written into it (huge_pages.py)."""
     with _default_dtype(dtype), torch.device(device):
-        return model_class(config.architecture)(config)
+        net = model_class(config.architecture)(config)
+    back_with_huge_pages(net.parameters(), collapse=False)
+    return net
 
 
 QUANTIZATIONS = ("w8a8", "w4a16")
@@ -110,6 +114,7 @@ def load_model(model: str, dtype: torch.dtype | None = None, device: str | torch
         quantize_w8a8(net)
     elif float_checkpoint and quantization == "w4a16":
         quantize_w4a16(net, default_group_size(net))
+    back_with_huge_pages([*net.parameters(), *net.buffers()])  # what was written before the advice, or since
     return LoadedModel(net.eval(), tokenizer, config)
 
 
