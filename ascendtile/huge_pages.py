@@ -69,18 +69,22 @@ def _anonymous_mappings() -> list[tuple[int, int]]:
     return found
 
 
+def _in_cpu_memory(tensor: torch.Tensor) -> bool:
+    """Whether the tensor has a non-empty storage in this process's memory."""
+    return (tensor.device.type == "cpu" and tensor.layout == torch.strided and not tensor.is_mkldnn
+            and tensor.untyped_storage().nbytes() > 0)
+
+
 def huge_page_blocks(tensors: Iterable[torch.Tensor], mappings: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """The merged (start, end) ranges of whole 2 MiB blocks that cover the tensors' storages, each
     kept inside the anonymous mapping that holds its storage; storages outside them are left out."""
     starts = [start for start, _ in mappings]
     blocks = []
-    for tensor in tensors:
-        if tensor.device.type != "cpu" or tensor.layout != torch.strided or tensor.is_mkldnn:
-            continue
+    for tensor in filter(_in_cpu_memory, tensors):
         storage = tensor.untyped_storage()
         begin, size = storage.data_ptr(), storage.nbytes()
         index = bisect.bisect_right(starts, begin) - 1
-        if size == 0 or index < 0 or begin + size > mappings[index][1]:
+        if index < 0 or begin + size > mappings[index][1]:
             continue
         low, high = mappings[index]
         first = max(begin // HUGE_PAGE * HUGE_PAGE, -(-low // HUGE_PAGE) * HUGE_PAGE)
@@ -103,7 +107,8 @@ def back_with_huge_pages(tensors: Iterable[torch.Tensor], collapse: bool = True)
     EAGAIN / ENOMEM when no huge page was free, in which case khugepaged may collapse them later)."""
     global advised_bytes, collapsed_bytes
     madvise = _madvise()
-    if madvise is None:
+    tensors = [tensor for tensor in tensors if _in_cpu_memory(tensor)]
+    if madvise is None or not tensors:  # no /proc/self/maps read for nothing (a cache freed, an NPU model)
         return 0
     done = 0
     for first, last in huge_page_blocks(tensors, _anonymous_mappings()):
