@@ -127,10 +127,14 @@ def back_with_huge_pages(tensors: Iterable[torch.Tensor], collapse: bool = True)
 
 def huge_page_zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
     """torch.zeros(shape, dtype, device), a CPU tensor's blocks asked for huge pages before the zeros
-    are written, so they fault in as huge pages with nothing to collapse (a KV cache)."""
+    are written, so fresh memory faults in as huge pages (a KV cache); memory the allocator hands
+    back already written (glibc serves allocations below its raised mmap threshold, up to 32 MiB,
+    from freed heap) keeps its 4 KiB pages until the collapse after the zeros."""
     tensor = torch.empty(shape, dtype=dtype, device=device)
     back_with_huge_pages([tensor], collapse=False)
-    return tensor.zero_()
+    tensor.zero_()
+    back_with_huge_pages([tensor])
+    return tensor
 
 
 def process_huge_page_bytes() -> int:
