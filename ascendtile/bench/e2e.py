@@ -27,6 +27,7 @@ one decode step apart) and per output token of the timed run (prefill included).
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from dataclasses import asdict, replace
@@ -39,7 +40,8 @@ from ascendtile.bench.f32_gguf import write_f32_gguf
 from ascendtile.bench.hf_dir import write_hf_dir
 from ascendtile.bench.peaks import current_peak
 from ascendtile.bench.kernels import DTYPES, default_dtype
-from ascendtile.bench.peers import RunResult, llamacpp_available, run_hf, run_llamacpp, run_vllm, vllm_python
+from ascendtile.bench.peers import (RunResult, llamacpp_available, run_hf, run_llamacpp, run_vllm, spinning_openmp,
+                                   vllm_python)
 from ascendtile.bench.report import format_table, write_json
 from ascendtile.bench.workloads import WORKLOADS, conversations
 from ascendtile.compilation import CompiledModel
@@ -231,7 +233,9 @@ def run(model: str, num_prompts: int, input_len: int, output_len: int, dtype: st
     float weights (llama.cpp on the GGUF's own blocks). rounds: every engine is timed that many
     times, in turn each round (ours, then the others; ours stays loaded while they run, except in
     the last round, which frees it first); the rows are each engine's median round and the median
-    of its rounds' ratios (median_rounds), the JSON's `rounds_by_engine` every round."""
+    of its rounds' ratios (median_rounds), the JSON's `rounds_by_engine` every round. The peers with
+    threads of their own (all but hf) are refused, with the setting named, where this process's idle
+    OpenMP threads would spin on through their turn (peers.spinning_openmp)."""
     from ascendtile.runtime import LLM
 
     if rounds < 1:
@@ -240,6 +244,11 @@ def run(model: str, num_prompts: int, input_len: int, output_len: int, dtype: st
         raise ValueError(f"workload: expected one of {', '.join(WORKLOADS)}, got {workload!r}")
     if workload != "random" and compare:
         raise ValueError(f"workload: the peers ({', '.join(compare)}) run the random workload only, got {workload!r}")
+    threaded_peers = [peer for peer in compare if peer != "hf"]
+    spinning = spinning_openmp(os.environ) if threaded_peers else None
+    if spinning is not None:
+        raise ValueError(f"{spinning}: this process's OpenMP threads would keep spinning on the cores that "
+                         f"{', '.join(threaded_peers)} then run on, slowing them; unset it, or compare with hf only")
 
     path = model_path(model)
     max_num_batched_tokens = max(num_prompts * input_len, 512)

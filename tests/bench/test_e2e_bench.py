@@ -1,6 +1,7 @@
 """`ascendtile bench e2e --quick --compare hf --compare llama.cpp --compare vllm` runs in one
 command on CPU and prints the throughput table with the ratios. Timings are never asserted."""
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from ascendtile import platform
 from ascendtile.bench import e2e
 from ascendtile.bench.e2e import agreement, compute_roof, percentiles, synthetic_prompts
 from ascendtile.bench.peaks import DevicePeak, measured_cpu_peak
-from ascendtile.bench.peers import RunResult, vllm_python
+from ascendtile.bench.peers import RunResult, spinning_openmp, vllm_python
 from ascendtile.cli import main
 from ascendtile.huge_pages import process_huge_page_bytes
 from compilation import tiny
@@ -98,6 +99,34 @@ def test_e2e_speculative_on_the_copy_workload_runs_ours_without_speculation_besi
 def test_e2e_non_random_workload_refuses_the_peers():
     with pytest.raises(ValueError, match="workload"):
         e2e.run("default", 1, 8, 4, "fp32", ["hf"], Path("unused"), workload="chat")
+
+
+@pytest.mark.parametrize("environ, reason", [
+    ({}, None),
+    ({"OMP_WAIT_POLICY": "PASSIVE"}, None),
+    ({"OMP_WAIT_POLICY": " active"}, "OMP_WAIT_POLICY=active"),
+    ({"GOMP_SPINCOUNT": "300000"}, None),
+    ({"GOMP_SPINCOUNT": "999m"}, None),  # just under 10^9 spins
+    ({"GOMP_SPINCOUNT": "1 G"}, "GOMP_SPINCOUNT=1 G"),
+    ({"GOMP_SPINCOUNT": "30000000000"}, "GOMP_SPINCOUNT=30000000000"),
+    ({"GOMP_SPINCOUNT": "Infinity"}, "GOMP_SPINCOUNT=Infinity"),
+    ({"GOMP_SPINCOUNT": "lots"}, None),  # libgomp ignores a malformed count
+    ({"KMP_BLOCKTIME": "1"}, None),
+    ({"KMP_BLOCKTIME": "infinite"}, "KMP_BLOCKTIME=infinite"),
+    ({"KMP_BLOCKTIME": "20000"}, "KMP_BLOCKTIME=20000"),
+])
+def test_spinning_openmp_names_the_setting_that_keeps_idle_threads_spinning(environ, reason):
+    assert spinning_openmp(environ) == reason
+
+
+@pytest.mark.parametrize("peer", ["vllm", "vllm+ascendtile", "llama.cpp"])
+def test_e2e_refuses_threaded_peers_while_our_openmp_threads_spin(monkeypatch, peer):
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    with pytest.raises(ValueError, match=rf"^OMP_WAIT_POLICY=ACTIVE: .* that {re.escape(peer)} then run on"):
+        e2e.run("no-such-model", 1, 8, 4, "fp32", ["hf", peer], Path("unused"))
+    # HF runs on this process's own threads: the run goes on (to the missing model)
+    with pytest.raises(FileNotFoundError, match="no-such-model"):
+        e2e.run("no-such-model", 1, 8, 4, "fp32", ["hf"], Path("unused"))
 
 
 @pytest.mark.slow
