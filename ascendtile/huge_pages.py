@@ -100,40 +100,57 @@ def huge_page_blocks(tensors: Iterable[torch.Tensor], mappings: list[tuple[int, 
     return merged
 
 
+def _blocks(tensors: Iterable[torch.Tensor]) -> list[tuple[int, int]]:
+    """huge_page_blocks over this process's anonymous mappings; [] without reading /proc/self/maps
+    where there is nothing to ask for (no THP, or no CPU storage: a cache freed, an NPU model)."""
+    tensors = [tensor for tensor in tensors if _in_cpu_memory(tensor)]
+    if _madvise() is None or not tensors:
+        return []
+    return huge_page_blocks(tensors, _anonymous_mappings())
+
+
+def _advise(blocks: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """MADV_HUGEPAGE on each block; the blocks Linux took it for."""
+    global advised_bytes
+    madvise = _madvise()
+    advised = [(first, last) for first, last in blocks if madvise(first, last - first, MADV_HUGEPAGE) == 0]
+    advised_bytes += sum(last - first for first, last in advised)
+    return advised
+
+
+def _collapse(blocks: list[tuple[int, int]]) -> int:
+    """MADV_COLLAPSE on each block until the kernel says it has none (EINVAL: the advice stays);
+    the bytes it put on huge pages."""
+    global collapsed_bytes
+    madvise = _madvise()
+    done = 0
+    for first, last in blocks:
+        if madvise(first, last - first, MADV_COLLAPSE) == 0:
+            done += last - first
+        elif ctypes.get_errno() == errno.EINVAL:  # no MADV_COLLAPSE in this kernel
+            break
+    collapsed_bytes += done
+    return done
+
+
 def back_with_huge_pages(tensors: Iterable[torch.Tensor], collapse: bool = True) -> int:
     """Ask for huge pages under the CPU tensors' memory (see the module's docstring); collapse:
     also put the memory already written on them now. Returns the bytes now on huge pages by
     MADV_COLLAPSE (0 without collapse, or where the kernel refused it: EINVAL before Linux 6.1,
     EAGAIN / ENOMEM when no huge page was free, in which case khugepaged may collapse them later)."""
-    global advised_bytes, collapsed_bytes
-    madvise = _madvise()
-    tensors = [tensor for tensor in tensors if _in_cpu_memory(tensor)]
-    if madvise is None or not tensors:  # no /proc/self/maps read for nothing (a cache freed, an NPU model)
-        return 0
-    done = 0
-    for first, last in huge_page_blocks(tensors, _anonymous_mappings()):
-        if madvise(first, last - first, MADV_HUGEPAGE) != 0:
-            continue
-        advised_bytes += last - first
-        if not collapse:
-            continue
-        if madvise(first, last - first, MADV_COLLAPSE) == 0:
-            done += last - first
-        elif ctypes.get_errno() == errno.EINVAL:  # no MADV_COLLAPSE in this kernel: the advice stays
-            collapse = False
-    collapsed_bytes += done
-    return done
+    advised = _advise(_blocks(tensors))
+    return _collapse(advised) if collapse else 0
 
 
 def huge_page_zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
     """torch.zeros(shape, dtype, device), a CPU tensor's blocks asked for huge pages before the zeros
     are written, so fresh memory faults in as huge pages (a KV cache); memory the allocator hands
     back already written (glibc serves allocations below its raised mmap threshold, up to 32 MiB,
-    from freed heap) keeps its 4 KiB pages until the collapse after the zeros."""
+    from freed heap) keeps its 4 KiB pages until the collapse of the same blocks after the zeros."""
     tensor = torch.empty(shape, dtype=dtype, device=device)
-    back_with_huge_pages([tensor], collapse=False)
+    advised = _advise(_blocks([tensor]))
     tensor.zero_()
-    back_with_huge_pages([tensor])
+    _collapse(advised)
     return tensor
 
 
