@@ -19,10 +19,12 @@ with aten, whose call costs less than the op's. A decode graph whose weights are
 (compiled_model.py: bf16 batches on an AMX CPU) keeps them as F.linear calls instead, for Inductor's
 GEMM template (unpack_linear). The general graph keeps rope, the KV write and
 attention opaque to Inductor (its attention would need the mixed-batch masks, and the traceable
-forms double its compile time), but its rope over positions [T] and its attention over float
-caches call the CPU kernels' ops where they serve and build (general_form_of: one pass over the
-heads instead of the reference's seven tensor ops, and attention read from the cache with no
-padded fp32 copies; a bf16 SmolLM2 prefill of 32 × 128 tokens 3,011 -> 2,375 ms,
+forms double its compile time; the KV write's alone added 27 s to SmolLM2's 49 s bf16 compile,
+bench/results/2026-11-30-cpu-kv-write.md), but its rope over positions [T], its KV write into and
+its attention over float caches call the CPU kernels' ops where they serve and build
+(general_form_of: one pass over the heads instead of the reference's seven tensor ops, each row
+copied to its slot with no host read, and attention read from the cache with no padded fp32
+copies; a bf16 SmolLM2 prefill of 32 × 128 tokens 3,011 -> 2,375 ms for rope and attention,
 bench/results/2026-11-28-cpu-prefill-kernels.md).
 The ops' validators already ran at trace time (each fake impl validates).
 """
@@ -37,6 +39,7 @@ from torch import fx
 from ascendtile.compilation.passes.graph import ascend_op, example
 from ascendtile.cpu import decode_attention as cpu_decode_attention
 from ascendtile.cpu import linear as cpu_linear
+from ascendtile.cpu import reshape_and_cache_flash as cpu_reshape_and_cache_flash
 from ascendtile.cpu import rotary_embedding as cpu_rotary_embedding
 from ascendtile.cpu import unified_attention as cpu_unified_attention
 from ascendtile.model.layers import linear as model_linear
@@ -92,10 +95,10 @@ def decode_form_of(node: fx.Node, name: str, cache_dir: str | None = None) -> Ca
 
 
 def general_form_of(node: fx.Node, name: str, cache_dir: str) -> Callable | None:
-    """The general graph's form of op call `node`: rope over positions [T] and attention over float
-    caches take the CPU kernels' ops (ascendtile/cpu/rotary_embedding.py, unified_attention.py)
-    where the kernel serves the call and its library builds (or is cached) in cache_dir; None for
-    every other call, which stays the op."""
+    """The general graph's form of op call `node`: rope over positions [T], the KV write into and
+    attention over float caches take the CPU kernels' ops (ascendtile/cpu/rotary_embedding.py,
+    reshape_and_cache_flash.py, unified_attention.py) where the kernel serves the call and its
+    library builds (or is cached) in cache_dir; None for every other call, which stays the op."""
     if name == "rotary_embedding":
         positions, query = example(_argument(node, "positions")), example(_argument(node, "query"))
         key = _argument(node, "key")
@@ -105,7 +108,13 @@ def general_form_of(node: fx.Node, name: str, cache_dir: str) -> Callable | None
                 and cpu_rotary_embedding.load(cache_dir, [query.dtype])):
             return cpu_rotary_embedding.rotary_embedding_cpu
         return None
-    if name != "unified_attention" or _argument(node, "kv_cache_dtype") != "auto":
+    if name not in ("unified_attention", "reshape_and_cache_flash") or _argument(node, "kv_cache_dtype") != "auto":
+        return None
+    if name == "reshape_and_cache_flash":
+        key, key_cache = example(_argument(node, "key")), example(_argument(node, "key_cache"))
+        if (key is not None and key_cache is not None and cpu_reshape_and_cache_flash.supports(key, key_cache)
+                and cpu_reshape_and_cache_flash.load(cache_dir)):
+            return cpu_reshape_and_cache_flash.reshape_and_cache_flash_cpu
         return None
     query, key_cache = example(_argument(node, "query")), example(_argument(node, "key_cache"))
     if (query is None or key_cache is None or not cpu_unified_attention.supports(query, key_cache)

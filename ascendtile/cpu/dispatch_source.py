@@ -1,7 +1,7 @@
 """The C++ source of the CPU kernels' op bodies (dispatch.py): `cpu_decode_attention`,
 `cpu_unified_attention`, `cpu_linear` and `cpu_rotary_embedding` check their operands, pick the
 kernel variant for them from a table that dispatch.register fills, and call it, all inside torch's
-dispatcher. A failed check names the argument in torch's dtype and shape spelling, as ValueError,
+dispatcher; `cpu_reshape_and_cache_flash` checks its operands and copies the rows itself. A failed check names the argument in torch's dtype and shape spelling, as ValueError,
 or as RuntimeError for a variant not loaded. `@HEAD_DIMS@`, `@DTYPES@` and the `@LINEAR_…@` row
 bounds are filled in from paged_operands.HEAD_DIMS, build.DTYPES and linear_source's bounds; the kernel
 tables are indexed in build.DTYPES' order, which `ascendtile_dtype_index` gives Python by name
@@ -46,7 +46,8 @@ std::atomic<DecodeFn> decode_kernels[3][MAX_HEAD_DIM + 1];
 std::atomic<UnifiedFn> unified_kernels[3][MAX_HEAD_DIM + 1];
 std::atomic<LinearFn> linear_kernels[3];
 std::atomic<RopeFn> rope_kernels[3];
-std::atomic<int64_t> decode_calls{0}, unified_calls{0}, unified_tiled_calls{0}, linear_calls{0}, rope_calls{0};
+std::atomic<int64_t> decode_calls{0}, unified_calls{0}, unified_tiled_calls{0}, linear_calls{0}, rope_calls{0},
+    kv_write_calls{0};
 std::atomic<int64_t> linear_max_rows{@LINEAR_MAX_ROWS@};  // more rows: oneDNN or aten
 std::atomic<bool> linear_wide{false};  // the loaded kernels hold the wide one (fp32, AVX-512 builds)
 
@@ -265,6 +266,58 @@ void cpu_rotary_embedding(const at::Tensor& positions, const at::Tensor& query, 
   rope_calls++;
 }
 
+// The rows of tokens [0, slots) of key / value [T, KVH, D] into their slots of the caches
+// [num_blocks, block_size, KVH, D]; slots outside the caches are skipped (reference: kv_cache.py).
+void cpu_reshape_and_cache_flash(const at::Tensor& key, const at::Tensor& value, const at::Tensor& key_cache,
+                                 const at::Tensor& value_cache, const at::Tensor& slot_mapping) {
+  const auto dtype = key.scalar_type();
+  TORCH_CHECK_VALUE(key.is_cpu() && dtype_index(dtype) >= 0 && key.dim() == 3 && key.stride(2) == 1,
+                    "key: fp32, bf16 or fp16 [T, KVH, D] on the CPU with its last dim contiguous, got ",
+                    dtype_name(dtype), " ", tuple(key.sizes()), " (strides ", tuple(key.strides()), ")");
+  TORCH_CHECK_VALUE(value.scalar_type() == dtype && value.sizes() == key.sizes() && value.stride(2) == 1,
+                    "value: expected key's ", dtype_name(dtype), " ", tuple(key.sizes()),
+                    " with its last dim contiguous, got ", dtype_name(value.scalar_type()), " ", tuple(value.sizes()));
+  TORCH_CHECK_VALUE(key_cache.scalar_type() == dtype && key_cache.dim() == 4 && key_cache.size(2) == key.size(1)
+                    && key_cache.size(3) == key.size(2) && key_cache.stride(3) == 1,
+                    "key_cache: expected ", dtype_name(dtype), " [num_blocks, block_size, ", key.size(1), ", ",
+                    key.size(2), "] with its last dim contiguous, got ", dtype_name(key_cache.scalar_type()), " ",
+                    tuple(key_cache.sizes()));
+  TORCH_CHECK_VALUE(value_cache.scalar_type() == dtype && value_cache.sizes() == key_cache.sizes()
+                    && value_cache.stride(3) == 1,
+                    "value_cache: expected key_cache's ", dtype_name(dtype), " ", tuple(key_cache.sizes()),
+                    " with its last dim contiguous, got ", dtype_name(value_cache.scalar_type()), " ",
+                    tuple(value_cache.sizes()));
+  const bool int32 = slot_mapping.scalar_type() == at::kInt;
+  TORCH_CHECK_VALUE((int32 || slot_mapping.scalar_type() == at::kLong) && slot_mapping.dim() == 1
+                    && slot_mapping.is_contiguous() && slot_mapping.size(0) <= key.size(0),
+                    "slot_mapping: contiguous int32 / int64 [S], S <= key's ", key.size(0), " tokens, got ",
+                    dtype_name(slot_mapping.scalar_type()), " ", tuple(slot_mapping.sizes()));
+  const int64_t heads = key.size(1), dim = key.size(2), block_size = key_cache.size(1);
+  const int64_t slots = key_cache.size(0) * block_size;
+  const int64_t elem = c10::elementSize(dtype), row_bytes = dim * elem;
+  const void* ids = slot_mapping.data_ptr();
+  const std::pair<const at::Tensor*, const at::Tensor*> pairs[] = {{&key, &key_cache}, {&value, &value_cache}};
+  // ~40 tokens of SmolLM2's rows (3 heads of 64) are a few µs of copying: fewer run on this thread
+  at::parallel_for(0, slot_mapping.size(0), 64, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t slot = int32 ? static_cast<const int32_t*>(ids)[t] : static_cast<const int64_t*>(ids)[t];
+      if (slot < 0 || slot >= slots) continue;
+      const int64_t block = slot / block_size, row = slot % block_size;
+      for (const auto& [rows, cache] : pairs) {
+        const char* src = static_cast<const char*>(rows->data_ptr()) + t * rows->stride(0) * elem;
+        char* dst = static_cast<char*>(cache->data_ptr()) + (block * cache->stride(0) + row * cache->stride(1)) * elem;
+        if (rows->stride(1) == dim && cache->stride(2) == dim) {  // the heads are one run in both
+          std::memcpy(dst, src, heads * row_bytes);
+          continue;
+        }
+        for (int64_t h = 0; h < heads; ++h)
+          std::memcpy(dst + h * cache->stride(2) * elem, src + h * rows->stride(1) * elem, row_bytes);
+      }
+    }
+  });
+  kv_write_calls++;
+}
+
 }  // namespace
 
 extern "C" int ascendtile_dtype_index(const char* name) {
@@ -297,6 +350,7 @@ extern "C" int64_t ascendtile_calls(const char* op) {
   if (std::strcmp(op, "cpu_unified_attention:tiled") == 0) return unified_tiled_calls.load();
   if (std::strcmp(op, "cpu_linear") == 0) return linear_calls.load();
   if (std::strcmp(op, "cpu_rotary_embedding") == 0) return rope_calls.load();
+  if (std::strcmp(op, "cpu_reshape_and_cache_flash") == 0) return kv_write_calls.load();
   return -1;
 }
 
@@ -305,6 +359,7 @@ TORCH_LIBRARY_IMPL(ascendtile, CPU, m) {
   m.impl("cpu_unified_attention", &cpu_unified_attention);
   m.impl("cpu_linear", &cpu_linear);
   m.impl("cpu_rotary_embedding", &cpu_rotary_embedding);
+  m.impl("cpu_reshape_and_cache_flash", &cpu_reshape_and_cache_flash);
 }
 
 // a oneDNN-packed weight is an MkldnnCPU tensor, whose key the dispatcher picks over CPU

@@ -17,6 +17,7 @@ from ascendtile.compilation.config import default_cache_dir
 from ascendtile.cpu import decode_attention as cpu_decode_attention
 from ascendtile.cpu import dispatch
 from ascendtile.cpu import linear as cpu_linear
+from ascendtile.cpu import reshape_and_cache_flash as cpu_reshape_and_cache_flash
 from ascendtile.cpu import rotary_embedding as cpu_rotary_embedding
 from ascendtile.cpu import unified_attention as cpu_unified_attention
 from ascendtile.model import load_model
@@ -256,14 +257,15 @@ def test_level_2_with_inductor(tiny_dir, eager_tokens, monkeypatch):
     graph inputs; Inductor compiles it around their cpu_linear replacements, which run the C++
     kernel once per linear and step of the sequences it takes (below), as the C++
     attention kernel (ascendtile/cpu/decode_attention.py) runs once per layer and step. The general
-    graph's rope and attention are C++ kernels of any batch (ascendtile/cpu/rotary_embedding.py,
-    unified_attention.py): once each per layer and step that is not a decode step. The LM head of a
+    graph's rope, KV write and attention are C++ ops of any batch (ascendtile/cpu/rotary_embedding.py,
+    reshape_and_cache_flash.py, unified_attention.py): once each per layer and step that is not a
+    decode step. The LM head of a
     step that samples as many sequences runs the kernel too: 1 or 2, and on a CPU with AVX-512
     (fp32 products of 4 to 64 rows in the wide kernel) 4; 3 never."""
     monkeypatch.setattr(linear_module, "ONEDNN_MIN_WEIGHT_ELEMENTS", 0)
     counts = _count_onednn_linears(monkeypatch)
     kernel_calls, linear_calls = cpu_decode_attention.calls, cpu_linear.calls
-    general_calls = cpu_unified_attention.calls, cpu_rotary_embedding.calls
+    general_calls = cpu_unified_attention.calls, cpu_rotary_embedding.calls, cpu_reshape_and_cache_flash.calls
     batches, run_decode = [], CompiledModel._run_decode
     monkeypatch.setattr(CompiledModel, "_run_decode",
                         lambda model, ids, *args: batches.append(ids.shape[0]) or run_decode(model, ids, *args))
@@ -291,8 +293,8 @@ def test_level_2_with_inductor(tiny_dir, eager_tokens, monkeypatch):
     assert cpu_linear.calls - linear_calls == 4 * tiny.CONFIG.num_hidden_layers * few + few_heads
     general = llm.last_stats.num_steps - steps
     assert general > 0
-    assert (cpu_unified_attention.calls - general_calls[0], cpu_rotary_embedding.calls - general_calls[1]) == \
-        (tiny.CONFIG.num_hidden_layers * general,) * 2
+    assert (cpu_unified_attention.calls - general_calls[0], cpu_rotary_embedding.calls - general_calls[1],
+            cpu_reshape_and_cache_flash.calls - general_calls[2]) == (tiny.CONFIG.num_hidden_layers * general,) * 3
     assert tokens == eager_tokens
 
 
