@@ -1,10 +1,11 @@
 """The bodies of the CPU kernels' ops (`torch.ops.ascendtile.cpu_decode_attention`,
-`cpu_unified_attention`, `cpu_linear`, `cpu_rotary_embedding`) in C++ (dispatch_source.py),
-registered with torch's dispatcher when the library loads, so a call goes from the dispatcher to
-the kernel without Python. Through Python (checks, ctypes) a decode attention call took 37-60 µs
-where the kernel's own ctypes call took 19; through this library 17 (AMD EPYC, AVX2, 1 thread, 1
-sequence of 100 keys, 2026-11-28; bench/results/2026-11-28-cpu-op-bodies.md). A decode graph
-calls two of these ops 151 times a SmolLM2 step, a general graph the other two 60 times.
+`cpu_unified_attention`, `cpu_linear`, `cpu_rotary_embedding`, and `cpu_reshape_and_cache_flash`,
+whose body is its whole copy) in C++ (dispatch_source.py), registered with torch's dispatcher when
+the library loads, so a call goes from the dispatcher to the kernel without Python. Through Python
+(checks, ctypes) a decode attention call took 37-60 µs where the kernel's own ctypes call took 19;
+through this library 17 (AMD EPYC, AVX2, 1 thread, 1 sequence of 100 keys, 2026-11-28;
+bench/results/2026-11-28-cpu-op-bodies.md). A decode graph calls two of these ops 151 times a
+SmolLM2 step, a general graph the other three 90 times.
 
 The kernels stay in their own libraries (build.load_variants, no torch headers: ~1.4 s a build);
 this one includes torch's headers and links its libraries (13.8–14.2 s on that EPYC), so it is

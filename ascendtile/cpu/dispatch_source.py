@@ -1,8 +1,9 @@
 """The C++ source of the CPU kernels' op bodies (dispatch.py): `cpu_decode_attention`,
 `cpu_unified_attention`, `cpu_linear` and `cpu_rotary_embedding` check their operands, pick the
 kernel variant for them from a table that dispatch.register fills, and call it, all inside torch's
-dispatcher; `cpu_reshape_and_cache_flash` checks its operands and copies the rows itself. A failed check names the argument in torch's dtype and shape spelling, as ValueError,
-or as RuntimeError for a variant not loaded. `@HEAD_DIMS@`, `@DTYPES@` and the `@LINEAR_…@` row
+dispatcher; `cpu_reshape_and_cache_flash` checks its operands and copies the rows itself. A failed
+check names the argument in torch's dtype and shape spelling, as ValueError, or as RuntimeError
+for a variant not loaded. `@HEAD_DIMS@`, `@DTYPES@` and the `@LINEAR_…@` row
 bounds are filled in from paged_operands.HEAD_DIMS, build.DTYPES and linear_source's bounds; the kernel
 tables are indexed in build.DTYPES' order, which `ascendtile_dtype_index` gives Python by name
 (a rope cache's dtype code is that index too)."""

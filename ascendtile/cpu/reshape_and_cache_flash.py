@@ -13,9 +13,9 @@ block_size, KVH, D] at block slot // block_size, row slot % block_size; a slot o
 [0, num_blocks · block_size) (-1 = padding) is skipped and its rows left as they were, as in the
 reference. dtypes: fp32, bf16, fp16, key, value and the caches alike; slot_mapping int32 or int64,
 contiguous; key and value may have more rows than slots, and any strides whose last dim is
-contiguous (slices of a fused qkv row), as may the caches. Tokens of one slot are copied at once
-by different threads (the runtime maps no two tokens to one slot). The body's checks name the
-wrong argument."""
+contiguous (slices of a fused qkv row), as may the caches. Two tokens of one slot may be copied by
+two threads at once and leave a mix of their rows (the runtime maps no two tokens to one slot).
+The body's checks name the wrong argument."""
 from __future__ import annotations
 
 import torch
@@ -50,7 +50,8 @@ def _cpu_reshape_and_cache_flash_fake(key: torch.Tensor, value: torch.Tensor, ke
 
 
 # The C++ body (dispatch.py) registers for CPU once loaded, which the dispatcher picks over this.
-_LIB.impl("cpu_reshape_and_cache_flash", dispatch.not_loaded("cpu_reshape_and_cache_flash"), "CompositeExplicitAutograd")
+_LIB.impl("cpu_reshape_and_cache_flash", dispatch.not_loaded("cpu_reshape_and_cache_flash"),
+          "CompositeExplicitAutograd")
 torch.library.register_fake("ascendtile::cpu_reshape_and_cache_flash", _cpu_reshape_and_cache_flash_fake, lib=_LIB)
 
 
