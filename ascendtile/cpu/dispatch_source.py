@@ -297,22 +297,34 @@ void cpu_reshape_and_cache_flash(const at::Tensor& key, const at::Tensor& value,
   const int64_t slots = key_cache.size(0) * block_size;
   const int64_t elem = c10::elementSize(dtype), row_bytes = dim * elem;
   const void* ids = slot_mapping.data_ptr();
-  const std::pair<const at::Tensor*, const at::Tensor*> pairs[] = {{&key, &key_cache}, {&value, &value_cache}};
+  // rows [T, KVH, D] into a cache, as bytes: taken from the tensors once, not per token
+  struct Copy {
+    const char* src;
+    int64_t src_token, src_head;
+    char* dst;
+    int64_t dst_block, dst_row, dst_head;
+    bool one_run;  // a token's heads are one run of memory in both: one memcpy
+  };
+  const auto copy_of = [&](const at::Tensor& rows, const at::Tensor& cache) {
+    return Copy{static_cast<const char*>(rows.data_ptr()), rows.stride(0) * elem, rows.stride(1) * elem,
+                static_cast<char*>(cache.data_ptr()), cache.stride(0) * elem, cache.stride(1) * elem,
+                cache.stride(2) * elem, rows.stride(1) == dim && cache.stride(2) == dim};
+  };
+  const Copy copies[] = {copy_of(key, key_cache), copy_of(value, value_cache)};
   // ~40 tokens of SmolLM2's rows (3 heads of 64) are a few µs of copying: fewer run on this thread
   at::parallel_for(0, slot_mapping.size(0), 64, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       const int64_t slot = int32 ? static_cast<const int32_t*>(ids)[t] : static_cast<const int64_t*>(ids)[t];
       if (slot < 0 || slot >= slots) continue;
       const int64_t block = slot / block_size, row = slot % block_size;
-      for (const auto& [rows, cache] : pairs) {
-        const char* src = static_cast<const char*>(rows->data_ptr()) + t * rows->stride(0) * elem;
-        char* dst = static_cast<char*>(cache->data_ptr()) + (block * cache->stride(0) + row * cache->stride(1)) * elem;
-        if (rows->stride(1) == dim && cache->stride(2) == dim) {  // the heads are one run in both
+      for (const Copy& c : copies) {
+        const char* src = c.src + t * c.src_token;
+        char* dst = c.dst + block * c.dst_block + row * c.dst_row;
+        if (c.one_run) {
           std::memcpy(dst, src, heads * row_bytes);
           continue;
         }
-        for (int64_t h = 0; h < heads; ++h)
-          std::memcpy(dst + h * cache->stride(2) * elem, src + h * rows->stride(1) * elem, row_bytes);
+        for (int64_t h = 0; h < heads; ++h) std::memcpy(dst + h * c.dst_head, src + h * c.src_head, row_bytes);
       }
     }
   });
