@@ -55,6 +55,15 @@ def avx512_flags() -> tuple[str, ...]:
     return AVX512_FLAGS if torch.cpu._is_avx512_supported() else ()
 
 
+# bf16 dot products on 512-bit vectors (decode_attention_source.py's scores), on CPUs with AVX-512 BF16
+AVX512_BF16_FLAGS = AVX512_FLAGS + ("-mavx512bf16",)
+
+
+def avx512_bf16_flags() -> tuple[str, ...]:
+    """AVX512_BF16_FLAGS where this CPU has AVX-512 BF16, else avx512_flags()."""
+    return AVX512_BF16_FLAGS if torch.cpu._is_avx512_bf16_supported() else avx512_flags()
+
+
 def amx_flags() -> tuple[str, ...]:
     """AMX_FLAGS where this CPU has AMX tiles and AVX-512 BF16, else none."""
     amx = torch.cpu._is_amx_tile_supported() and torch.cpu._is_avx512_bf16_supported()

@@ -26,7 +26,7 @@ import ctypes
 
 import torch
 
-from ascendtile.cpu import dispatch, paged_operands
+from ascendtile.cpu import build, dispatch, paged_operands
 from ascendtile.cpu.decode_attention_source import SOURCE
 from ascendtile.cpu.paged_operands import supports  # noqa: F401 (decompose.py asks it)
 
@@ -39,11 +39,18 @@ def load(cache_dir: str, variants: list[tuple[torch.dtype, int]]) -> bool:
     """Build (or load from cache_dir) the kernels for these (dtype, head dim) variants and the op's
     C++ body (dispatch.py); False where they cannot be built here."""
     paged_operands.check_variants(variants)
-    return dispatch.load_op("cpu_decode_attention", SOURCE, cache_dir, _ARGTYPES, variants, _kernels)
+    return dispatch.load_op("cpu_decode_attention", SOURCE, cache_dir, _ARGTYPES, variants, _kernels,
+                            build.avx512_bf16_flags())
 
 
-# `calls`: the kernel launches in this process, what shows a graph runs on it
-__getattr__ = dispatch.calls_attribute("cpu_decode_attention")
+_calls = dispatch.calls_attribute("cpu_decode_attention")
+
+
+def __getattr__(name: str) -> int:
+    """`calls`: the kernel launches in this process, what shows a graph runs on it; `dot_calls`:
+    those that scored with bf16 dot products (bf16, a head dim that is a multiple of 32, a CPU with
+    AVX-512 BF16)."""
+    return dispatch.calls("cpu_decode_attention:dot") if name == "dot_calls" else _calls(name)
 
 
 _LIB = torch.library.Library("ascendtile", "FRAGMENT")  # the namespace's DEF: model/layers/expert_dispatch.py

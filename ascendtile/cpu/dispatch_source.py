@@ -47,8 +47,8 @@ std::atomic<DecodeFn> decode_kernels[3][MAX_HEAD_DIM + 1];
 std::atomic<UnifiedFn> unified_kernels[3][MAX_HEAD_DIM + 1];
 std::atomic<LinearFn> linear_kernels[3];
 std::atomic<RopeFn> rope_kernels[3];
-std::atomic<int64_t> decode_calls{0}, unified_calls{0}, unified_tiled_calls{0}, linear_calls{0}, rope_calls{0},
-    kv_write_calls{0};
+std::atomic<int64_t> decode_calls{0}, decode_dot_calls{0}, unified_calls{0}, unified_tiled_calls{0}, linear_calls{0},
+    rope_calls{0}, kv_write_calls{0};
 std::atomic<int64_t> linear_max_rows{@LINEAR_MAX_ROWS@};  // more rows: oneDNN or aten
 std::atomic<bool> linear_wide{false};  // the loaded kernels hold the wide one (fp32, AVX-512 builds)
 
@@ -129,12 +129,13 @@ void cpu_decode_attention(const at::Tensor& out, const at::Tensor& query, const 
                     tuple(seqused_k.sizes()));
   TORCH_CHECK_VALUE(seqused_k.is_contiguous(), "seqused_k: must be contiguous");
   const int64_t block_size = key_cache.size(1);
-  kernel(out.data_ptr(), query.data_ptr(), key_cache.data_ptr(), value_cache.data_ptr(), block_table.data_ptr(),
-         seqused_k.data_ptr(), batch, query.size(1), key_cache.size(2), key_cache.size(0), block_size,
+  const int dot = kernel(out.data_ptr(), query.data_ptr(), key_cache.data_ptr(), value_cache.data_ptr(),
+         block_table.data_ptr(), seqused_k.data_ptr(), batch, query.size(1), key_cache.size(2), key_cache.size(0), block_size,
          block_table.size(1), block_table.stride(0), (max_seqlen_k + block_size - 1) / block_size * block_size,
          query.stride(0), query.stride(1), out.stride(0), out.stride(1), key_cache.stride(0), key_cache.stride(1),
          key_cache.stride(2), float(scale), float(softcap), sliding_window, at::get_num_threads());
   decode_calls++;
+  decode_dot_calls += dot;  // the kernel scored with bf16 dot products
 }
 
 void cpu_unified_attention(const at::Tensor& out, const at::Tensor& query, const at::Tensor& key_cache,
@@ -359,6 +360,7 @@ extern "C" void ascendtile_set_linear_wide(int on) { linear_wide = on != 0; }
 
 extern "C" int64_t ascendtile_calls(const char* op) {
   if (std::strcmp(op, "cpu_decode_attention") == 0) return decode_calls.load();
+  if (std::strcmp(op, "cpu_decode_attention:dot") == 0) return decode_dot_calls.load();
   if (std::strcmp(op, "cpu_unified_attention") == 0) return unified_calls.load();
   if (std::strcmp(op, "cpu_unified_attention:tiled") == 0) return unified_tiled_calls.load();
   if (std::strcmp(op, "cpu_linear") == 0) return linear_calls.load();

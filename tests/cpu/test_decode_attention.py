@@ -59,6 +59,47 @@ def test_matches_independent_formula_and_traceable_form(dtype, kv_lens, heads, k
     torch.testing.assert_close(out, form, **TOLERANCES[dtype])
 
 
+@pytest.mark.parametrize("dtype, dim, dot", [
+    (torch.bfloat16, 64, True), (torch.bfloat16, 96, True), (torch.bfloat16, 32, True),
+    (torch.bfloat16, 80, False), (torch.bfloat16, 16, False), (torch.float32, 64, False), (torch.float16, 64, False),
+])
+def test_bf16_scores_are_dot_products_where_the_cpu_has_them(dtype, dim, dot):
+    """bf16 rows of whole 32-element chunks score with AVX-512 BF16 dot products where the CPU has
+    them (dot_calls counts those launches); either way the results are the formula's up to fp32
+    sums and the output's rounding (a 1 % error in the scores' scale fails this)."""
+    kv_lens = [37, 20, 1, 9]
+    query, kc, vc, table, _, seqused = make_paged_batch([1] * 4, kv_lens, 6, 2, dim, 16, dtype)
+    out, dots = torch.empty_like(query), cda.dot_calls
+    _run(out, query, kc, vc, table, seqused, table.shape[1] * 16, 1.0)
+    assert cda.dot_calls - dots == int(dot and build.avx512_bf16_flags() == build.AVX512_BF16_FLAGS)
+    expect = paged_formula(query, kc, vc, table, [1] * 4, kv_lens, 1.0)
+    rounding = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 4e-3}[dtype]
+    torch.testing.assert_close(out.double(), expect, rtol=rounding, atol=rounding)
+
+
+def test_the_256_bit_build_matches_the_formula(tmp_path):
+    """On a CPU with AVX-512 the library takes 512-bit vectors (and bf16 dot products where it has
+    them); the build without those flags, the one an AVX2-only CPU gets, is checked here too."""
+    if build.avx512_bf16_flags() == ():
+        pytest.skip("this CPU's build is the 256-bit one: the other tests check it")
+    variants = [(dtype, dim) for dtype in build.DTYPES for dim in (64, 80)]
+    kernels = {}
+    assert build.load_variants("decode_attention", cda.SOURCE, str(tmp_path), cda._ARGTYPES, variants, kernels)
+    kv_lens = [37, 20, 1, 9]
+    try:
+        for variant in variants:
+            dispatch.register("cpu_decode_attention", variant, kernels[variant])
+            query, kc, vc, table, _, seqused = make_paged_batch([1] * 4, kv_lens, 6, 2, variant[1], 16, variant[0])
+            out, dots = torch.full_like(query, float("nan")), cda.dot_calls
+            _run(out, query, kc, vc, table, seqused, table.shape[1] * 16, 0.2, 20.0)
+            assert cda.dot_calls == dots
+            expect = paged_formula(query, kc, vc, table, [1] * 4, kv_lens, 0.2, 20.0)
+            torch.testing.assert_close(out.double(), expect, **TOLERANCES[variant[0]])
+    finally:
+        for variant in variants:
+            dispatch.register("cpu_decode_attention", variant, cda._kernels[variant])
+
+
 def test_max_seqlen_k_bounds_the_keys_as_in_the_traceable_form():
     """Keys past max_seqlen_k (rounded up to a block) are not read, as the form's gather stops there."""
     query, kc, vc, table, cu, seqused = make_paged_batch([1, 1], [40, 20], 4, 2, 64, 16)
