@@ -17,8 +17,9 @@ build.X86_VECTOR_FLAGS, whatever the target has elsewhere); in a library built w
 (build.avx512_bf16_flags) the softmax and the value pass run on 512-bit vectors, and with AVX-512
 BF16 bf16 rows of whole 32-element chunks are scored by dot products of bf16 pairs in place of the
 widened tile (`dot_scores`; the entry point returns whether it did, which the op body counts).
-SmolLM2's heads, bf16, 32 sequences of 129-192 keys, 30 layers' caches from DRAM, 2 threads: 286-315
--> 240-266 µs a layer (bench/results/2026-11-30-cpu-decode-dot-scores.md)."""
+SmolLM2's heads, bf16, 32 sequences of 129-192 keys, 2 threads, the old and new kernels in one
+process: 372 -> 332 µs a layer with 30 layers' caches read from memory, 225 -> 182 from L2
+(bench/results/2026-11-30-cpu-decode-dot-scores.md)."""
 
 from ascendtile.cpu.vector_source import EXP8, PRELUDE
 
@@ -65,8 +66,10 @@ static inline v8 dot_score8(const bf16_t* q, const bf16_t* const* keys) {
   const i16 lo1 = {0, 2, 4, 6, 8, 10, 12, 14, 0, 2, 4, 6, 8, 10, 12, 14};
   const i16 hi1 = {1, 3, 5, 7, 9, 11, 13, 15, 1, 3, 5, 7, 9, 11, 13, 15};
   v16 a[4], b[2];
-  for (int i = 0; i < 4; ++i) a[i] = __builtin_shuffle(s[2 * i], s[2 * i + 1], lo8) + __builtin_shuffle(s[2 * i], s[2 * i + 1], hi8);
-  for (int i = 0; i < 2; ++i) b[i] = __builtin_shuffle(a[2 * i], a[2 * i + 1], lo4) + __builtin_shuffle(a[2 * i], a[2 * i + 1], hi4);
+  for (int i = 0; i < 4; ++i)
+    a[i] = __builtin_shuffle(s[2 * i], s[2 * i + 1], lo8) + __builtin_shuffle(s[2 * i], s[2 * i + 1], hi8);
+  for (int i = 0; i < 2; ++i)
+    b[i] = __builtin_shuffle(a[2 * i], a[2 * i + 1], lo4) + __builtin_shuffle(a[2 * i], a[2 * i + 1], hi4);
   const v16 c = __builtin_shuffle(b[0], b[1], lo2) + __builtin_shuffle(b[0], b[1], hi2);
   const v16 d = __builtin_shuffle(c, lo1) + __builtin_shuffle(c, hi1);
   v8 out; std::memcpy(&out, &d, 32); return out;
@@ -86,7 +89,9 @@ static inline v16 widen_vec(v16, const float* p) { v16 v; std::memcpy(&v, p, 64)
 static inline v16 widen_vec(v16, const bf16_t* p) {
   return (v16)_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16);
 }
-static inline v16 widen_vec(v16, const _Float16* p) { return (v16)_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)p)); }
+static inline v16 widen_vec(v16, const _Float16* p) {
+  return (v16)_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)p));
+}
 static inline v16 splat_vec(v16, float x) { return (v16){x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x}; }
 // the softmax's and the value pass's vectors: 512-bit where the library is built with AVX-512
 // (half the instructions of 256-bit ones)
@@ -121,7 +126,8 @@ static void add_values(v8* acc, int64_t nv, const float* p, int64_t p_stride, co
       }
     }
   }
-  for (int r = 0; r < R; ++r) for (int c = 0; c < CB; ++c) std::memcpy(acc + r * nv + c * (v_lanes / 8), &a[r][c], sizeof(V));
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < CB; ++c) std::memcpy(acc + r * nv + c * (v_lanes / 8), &a[r][c], sizeof(V));
 }
 
 template <typename T, int R>
@@ -130,29 +136,29 @@ static void add_values_rows(v8* acc, int64_t nv, const float* p, int64_t p_strid
                             int64_t c_sblk, int64_t c_sslot) {
   // NV is even: blocks of 4 vectors of 8 lanes (2 only when 256-bit rows are widened: 4 spilled
   // there), or of 4, 2 and 1 vectors of 16 lanes
-  constexpr bool wide = lanes == 16;
-  constexpr int width = wide ? 8 : std::is_same<T, float>::value ? 4 : 2;
+  constexpr bool sixteen = lanes == 16;
+  constexpr int width = sixteen ? 8 : std::is_same<T, float>::value ? 4 : 2;
   int64_t c = 0;
   for (; c + width <= nv; c += width)
     add_values<wide_v, T, R, width * 8 / lanes>(acc + c, nv, p, p_stride, values + c * 8, ids,
         start, len, block_size, num_blocks, c_sblk, c_sslot);
-  if (wide && c + 4 <= nv) {
+  if (sixteen && c + 4 <= nv) {
     add_values<wide_v, T, R, 2>(acc + c, nv, p, p_stride, values + c * 8, ids, start, len, block_size, num_blocks,
                                  c_sblk, c_sslot);
     c += 4;
   }
   if (c < nv)
-    add_values<wide_v, T, R, wide ? 1 : 2>(acc + c, nv, p, p_stride, values + c * 8, ids, start, len, block_size,
+    add_values<wide_v, T, R, sixteen ? 1 : 2>(acc + c, nv, p, p_stride, values + c * 8, ids, start, len, block_size,
                                             num_blocks, c_sblk, c_sslot);
 }
 
 // Returns whether the scores were bf16 dot products (dot_scores<T, NV>).
 template <typename T, int NV>  // NV: head dim / 8
 static int attend(T* out, const T* query, const T* key_cache, const T* value_cache, const int32_t* block_table,
-                   const int32_t* seq_lens, int64_t batch, int64_t heads, int64_t kv_heads, int64_t num_blocks,
-                   int64_t block_size, int64_t table_cols, int64_t table_stride, int64_t max_len, int64_t q_sb, int64_t q_sh,
-                   int64_t o_sb, int64_t o_sh, int64_t c_sblk, int64_t c_sslot, int64_t c_sh, float scale,
-                   float softcap, int64_t window, int threads) {
+                  const int32_t* seq_lens, int64_t batch, int64_t heads, int64_t kv_heads, int64_t num_blocks,
+                  int64_t block_size, int64_t table_cols, int64_t table_stride, int64_t max_len, int64_t q_sb,
+                  int64_t q_sh, int64_t o_sb, int64_t o_sh, int64_t c_sblk, int64_t c_sslot, int64_t c_sh, float scale,
+                  float softcap, int64_t window, int threads) {
   const int64_t group = heads / kv_heads;
   // a work item: a sequence with all its KV heads (each block's rows are one run of memory), or
   // one KV head of it when there are too few sequences to keep the threads busy
@@ -282,7 +288,7 @@ extern "C" int NAME(void* out, const void* q, const void* kc, const void* vc, co
     const int32_t* lens, int64_t batch, int64_t heads, int64_t kv_heads, int64_t num_blocks, int64_t block_size, \
     int64_t table_cols, int64_t table_stride, int64_t max_len, int64_t q_sb, int64_t q_sh, int64_t o_sb, int64_t o_sh, \
     int64_t c_sblk, int64_t c_sslot, int64_t c_sh, float scale, float softcap, int64_t window, int threads) { \
-  return attend<T, D / 8>((T*)out, (const T*)q, (const T*)kc, (const T*)vc, bt, lens, batch, heads, kv_heads, num_blocks, \
-                   block_size, table_cols, table_stride, max_len, q_sb, q_sh, o_sb, o_sh, c_sblk, c_sslot, c_sh, scale, \
-                   softcap, window, threads); }
+  return attend<T, D / 8>((T*)out, (const T*)q, (const T*)kc, (const T*)vc, bt, lens, batch, heads, kv_heads, \
+                          num_blocks, block_size, table_cols, table_stride, max_len, q_sb, q_sh, o_sb, o_sh, c_sblk, \
+                          c_sslot, c_sh, scale, softcap, window, threads); }
 '''

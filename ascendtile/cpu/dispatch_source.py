@@ -130,10 +130,11 @@ void cpu_decode_attention(const at::Tensor& out, const at::Tensor& query, const 
   TORCH_CHECK_VALUE(seqused_k.is_contiguous(), "seqused_k: must be contiguous");
   const int64_t block_size = key_cache.size(1);
   const int dot = kernel(out.data_ptr(), query.data_ptr(), key_cache.data_ptr(), value_cache.data_ptr(),
-         block_table.data_ptr(), seqused_k.data_ptr(), batch, query.size(1), key_cache.size(2), key_cache.size(0), block_size,
-         block_table.size(1), block_table.stride(0), (max_seqlen_k + block_size - 1) / block_size * block_size,
-         query.stride(0), query.stride(1), out.stride(0), out.stride(1), key_cache.stride(0), key_cache.stride(1),
-         key_cache.stride(2), float(scale), float(softcap), sliding_window, at::get_num_threads());
+                         block_table.data_ptr(), seqused_k.data_ptr(), batch, query.size(1), key_cache.size(2),
+                         key_cache.size(0), block_size, block_table.size(1), block_table.stride(0),
+                         (max_seqlen_k + block_size - 1) / block_size * block_size, query.stride(0), query.stride(1),
+                         out.stride(0), out.stride(1), key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
+                         float(scale), float(softcap), sliding_window, at::get_num_threads());
   decode_calls++;
   decode_dot_calls += dot;  // the kernel scored with bf16 dot products
 }
