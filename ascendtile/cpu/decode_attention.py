@@ -43,14 +43,9 @@ def load(cache_dir: str, variants: list[tuple[torch.dtype, int]]) -> bool:
                             build.avx512_bf16_flags())
 
 
-_calls = dispatch.calls_attribute("cpu_decode_attention")
-
-
-def __getattr__(name: str) -> int:
-    """`calls`: the kernel launches in this process, what shows a graph runs on it; `dot_calls`:
-    those that scored with bf16 dot products (bf16, a head dim that is a multiple of 32, a CPU with
-    AVX-512 BF16)."""
-    return dispatch.calls("cpu_decode_attention:dot") if name == "dot_calls" else _calls(name)
+# `calls`: the kernel launches in this process, what shows a graph runs on it; `dot_calls`: those
+# that scored with bf16 dot products (bf16, a head dim that is a multiple of 32, AVX-512 BF16)
+__getattr__ = dispatch.calls_attribute("cpu_decode_attention", dot_calls="cpu_decode_attention:dot")
 
 
 _LIB = torch.library.Library("ascendtile", "FRAGMENT")  # the namespace's DEF: model/layers/expert_dispatch.py

@@ -135,11 +135,14 @@ def load_op(op: str, source: str, cache_dir: str, argtypes: list, variants: list
     return True
 
 
-def calls_attribute(op: str) -> Callable[[str], int]:
-    """A module's __getattr__ whose `calls` is calls(op): what shows a graph runs op's kernel."""
+def calls_attribute(op: str, **counters: str) -> Callable[[str], int]:
+    """A module's __getattr__ whose `calls` is calls(op): what shows a graph runs op's kernel; each
+    keyword is another attribute and the counter behind it (`dot_calls="cpu_decode_attention:dot"`)."""
+    counters = {"calls": op, **counters}
+
     def module_getattr(name: str) -> int:
-        if name == "calls":
-            return calls(op)
+        if name in counters:
+            return calls(counters[name])
         raise AttributeError(f"module 'ascendtile.cpu.{_stem(op)}' has no attribute {name!r}")
     return module_getattr
 

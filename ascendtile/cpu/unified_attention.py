@@ -43,13 +43,9 @@ def load(cache_dir: str, variants: list[tuple[torch.dtype, int]]) -> bool:
                             build.amx_flags())
 
 
-_calls = dispatch.calls_attribute("cpu_unified_attention")
-
-
-def __getattr__(name: str) -> int:
-    """`calls`: the kernel launches in this process, what shows a graph runs on it; `tiled_calls`:
-    those that multiplied on AMX tiles (bf16, a head dim that is a multiple of 32, an AMX CPU)."""
-    return dispatch.calls("cpu_unified_attention:tiled") if name == "tiled_calls" else _calls(name)
+# `calls`: the kernel launches in this process, what shows a graph runs on it; `tiled_calls`: those
+# that multiplied on AMX tiles (bf16, a head dim that is a multiple of 32, an AMX CPU)
+__getattr__ = dispatch.calls_attribute("cpu_unified_attention", tiled_calls="cpu_unified_attention:tiled")
 
 
 _LIB = torch.library.Library("ascendtile", "FRAGMENT")  # the namespace's DEF: model/layers/expert_dispatch.py
