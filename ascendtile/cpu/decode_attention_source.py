@@ -80,9 +80,7 @@ constexpr bool dot_scores = false;
 #endif
 
 // V-wide vectors of 8 or 16 fp32 lanes: a row's elements widened, and a broadcast
-static inline v8 widen_vec(v8, const float* p) { return load8(p); }
-static inline v8 widen_vec(v8, const bf16_t* p) { return load8(p); }
-static inline v8 widen_vec(v8, const _Float16* p) { return load8(p); }
+template <typename T> static inline v8 widen_vec(v8, const T* p) { return load8(p); }
 static inline v8 splat_vec(v8, float x) { return splat(x); }
 #if defined(__AVX512F__)
 static inline v16 widen_vec(v16, const float* p) { v16 v; std::memcpy(&v, p, 64); return v; }
@@ -93,15 +91,7 @@ static inline v16 widen_vec(v16, const _Float16* p) {
   return (v16)_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)p));
 }
 static inline v16 splat_vec(v16, float x) { return (v16){x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x}; }
-// the softmax's and the value pass's vectors: 512-bit where the library is built with AVX-512
-// (half the instructions of 256-bit ones)
-typedef v16 wide_v;
-typedef i16 wide_i;
-#else
-typedef v8 wide_v;
-typedef i8 wide_i;
 #endif
-constexpr int lanes = sizeof(wide_v) / sizeof(float);
 
 // acc[r][c] = sum over the visible keys j of p[r][j] * value row j's vectors c0 + c, for R query
 // rows and CB V-wide vectors (<= 12 accumulators held in registers): each value row's CB vectors
@@ -136,19 +126,19 @@ static void add_values_rows(v8* acc, int64_t nv, const float* p, int64_t p_strid
                             int64_t c_sblk, int64_t c_sslot) {
   // NV is even: blocks of 4 vectors of 8 lanes (2 only when 256-bit rows are widened: 4 spilled
   // there), or of 4, 2 and 1 vectors of 16 lanes
-  constexpr bool sixteen = lanes == 16;
+  constexpr bool sixteen = ROW_LANES == 16;
   constexpr int width = sixteen ? 8 : std::is_same<T, float>::value ? 4 : 2;
   int64_t c = 0;
   for (; c + width <= nv; c += width)
-    add_values<wide_v, T, R, width * 8 / lanes>(acc + c, nv, p, p_stride, values + c * 8, ids,
+    add_values<row_v, T, R, width * 8 / ROW_LANES>(acc + c, nv, p, p_stride, values + c * 8, ids,
         start, len, block_size, num_blocks, c_sblk, c_sslot);
   if (sixteen && c + 4 <= nv) {
-    add_values<wide_v, T, R, 2>(acc + c, nv, p, p_stride, values + c * 8, ids, start, len, block_size, num_blocks,
+    add_values<row_v, T, R, 2>(acc + c, nv, p, p_stride, values + c * 8, ids, start, len, block_size, num_blocks,
                                  c_sblk, c_sslot);
     c += 4;
   }
   if (c < nv)
-    add_values<wide_v, T, R, sixteen ? 1 : 2>(acc + c, nv, p, p_stride, values + c * 8, ids, start, len, block_size,
+    add_values<row_v, T, R, sixteen ? 1 : 2>(acc + c, nv, p, p_stride, values + c * 8, ids, start, len, block_size,
                                             num_blocks, c_sblk, c_sslot);
 }
 
@@ -176,7 +166,7 @@ static int attend(T* out, const T* query, const T* key_cache, const T* value_cac
       const int64_t b = item / chunks, h0 = item % chunks * per;
       const int64_t len = std::min<int64_t>(std::min<int64_t>(seq_lens[b], max_len), table_cols * block_size);
       const int64_t start = window > 0 ? std::max<int64_t>(0, len - window) : 0;
-      const int64_t n = std::max<int64_t>(0, len - start), stride = (n + lanes - 1) / lanes * lanes;
+      const int64_t n = std::max<int64_t>(0, len - start), stride = (n + ROW_LANES - 1) / ROW_LANES * ROW_LANES;
       scores.assign(rows_of_item * stride, ninf);
       if constexpr (!dot_scores<T, NV>)  // dot_score8 reads the bf16 rows themselves
         for (int64_t r = 0; r < rows_of_item; ++r) {
@@ -240,25 +230,24 @@ static int attend(T* out, const T* query, const T* key_cache, const T* value_cac
       for (int64_t r = 0; r < rows_of_item; ++r) {
         float* s = scores.data() + r * stride;
         if (softcap > 0.f) for (int64_t j = 0; j < n; ++j) s[j] = softcap * std::tanh(s[j] / softcap);
-        wide_v mx = splat_vec(wide_v{}, ninf);
-        wide_i bad = {};
-        for (int64_t c = 0; c < stride; c += lanes) {
-          wide_v x; std::memcpy(&x, s + c, sizeof x);
-          bad |= (x != x) | (x == splat_vec(wide_v{}, -ninf));
+        row_v mx = splat_vec(row_v{}, ninf);
+        row_i bad = {};
+        for (int64_t c = 0; c < stride; c += ROW_LANES) {
+          row_v x; std::memcpy(&x, s + c, sizeof x);
+          bad |= (x != x) | (x == splat_vec(row_v{}, -ninf));
           mx = x > mx ? x : mx;
         }
-        float top = ninf; bool skip = false;
-        for (int l = 0; l < lanes; ++l) { top = std::max(top, mx[l]); skip |= bad[l] != 0; }
+        const float top = lanes_max(mx);
+        bool skip = false;
+        for (int l = 0; l < ROW_LANES; ++l) skip |= bad[l] != 0;
         if (skip || top == ninf) { std::fill(s, s + stride, 0.f); continue; }
-        wide_v sums = {};
-        for (int64_t c = 0; c < stride; c += lanes) {
-          wide_v x; std::memcpy(&x, s + c, sizeof x);
-          x = exp_lanes<wide_v, wide_i>(x - top); sums += x;
+        row_v sums = {};
+        for (int64_t c = 0; c < stride; c += ROW_LANES) {
+          row_v x; std::memcpy(&x, s + c, sizeof x);
+          x = exp_lanes<row_v, row_i>(x - top); sums += x;
           std::memcpy(s + c, &x, sizeof x);
         }
-        float total = 0.f;
-        for (int l = 0; l < lanes; ++l) total += sums[l];
-        const float inv = 1.f / total;
+        const float inv = 1.f / lanes_sum(sums);
         for (int64_t j = 0; j < n; ++j) s[j] *= inv;
       }
       // the value pass: per KV head, its query rows in register blocks of up to 3 rows x 4 vectors

@@ -93,28 +93,6 @@ static inline void add_values(const float* p, const float* v, float* o, int keys
 #define ASCENDTILE_AMX 0
 #endif
 
-// A row's softmax runs on 512-bit vectors where the library is built for AMX (and so AVX-512).
-#if ASCENDTILE_AMX
-typedef v16 row_v;
-typedef i16 row_i;
-#else
-typedef v8 row_v;
-typedef i8 row_i;
-#endif
-constexpr int ROW_LANES = int(sizeof(row_v) / 4);
-
-// the lanes' max and sum by halving (a chain of 16 scalar adds took ~10 % of the tiled kernel's time)
-static inline float lanes_max(row_v x) {
-  for (int w = ROW_LANES / 2; w > 0; w /= 2)
-    for (int l = 0; l < w; ++l) x[l] = std::max(x[l], x[l + w]);
-  return x[0];
-}
-static inline float lanes_sum(row_v x) {
-  for (int w = ROW_LANES / 2; w > 0; w /= 2)
-    for (int l = 0; l < w; ++l) x[l] += x[l + w];
-  return x[0];
-}
-
 // Whether a variant multiplies on AMX tiles: bf16, a head dim of whole 32-element tile rows, a
 // library built for AMX (amx_source.py) in a process Linux lends the tiles to.
 template <typename T, int D>

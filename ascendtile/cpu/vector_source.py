@@ -2,8 +2,9 @@
 linear_source.py, rotary_embedding_source.py), placed before each: 256-bit GCC vector types (and
 512-bit ones, v16 and i16, where the compiler targets AVX-512), the element types' widening to
 fp32 (one element, or eight into a vector) and rounding back (to nearest even, as torch's casts),
-and sum8, a shuffle tree that sums eight vectors' lanes at once; EXP8, the
-attention kernels' vector exp (any width; exp8 on 256 bits), follows it in theirs."""
+sum8, a shuffle tree that sums eight vectors' lanes at once, and the attention kernels' softmax
+rows (row_v: 512-bit where the compiler targets AVX-512, else 256-bit; lanes_max, lanes_sum); EXP8,
+the attention kernels' vector exp (any width; exp8 on 256 bits), follows it in theirs."""
 
 PRELUDE = r'''
 #include <algorithm>
@@ -54,7 +55,28 @@ static inline v8 load8(const _Float16* p) { h8 h; std::memcpy(&h, p, 16); return
 // 512-bit vectors, for the kernels built with AVX-512 (build.AVX512_FLAGS; build.AMX_FLAGS include it)
 typedef float v16 __attribute__((vector_size(64)));
 typedef int32_t i16 __attribute__((vector_size(64)));
+// the attention kernels' rows of scores (and the decode kernel's values): the widest vectors the
+// library is built for
+typedef v16 row_v;
+typedef i16 row_i;
+#else
+typedef v8 row_v;
+typedef i8 row_i;
 #endif
+constexpr int ROW_LANES = int(sizeof(row_v) / 4);
+
+// the lanes' max and sum by halving (a chain of 16 scalar adds took ~10 % of the tiled unified
+// attention's time)
+static inline float lanes_max(row_v x) {
+  for (int w = ROW_LANES / 2; w > 0; w /= 2)
+    for (int l = 0; l < w; ++l) x[l] = std::max(x[l], x[l + w]);
+  return x[0];
+}
+static inline float lanes_sum(row_v x) {
+  for (int w = ROW_LANES / 2; w > 0; w /= 2)
+    for (int l = 0; l < w; ++l) x[l] += x[l + w];
+  return x[0];
+}
 
 // a broadcast: `(v8){} + x` had cost a scalar add before each (0 + x is not x for x = -0)
 static inline v8 splat(float x) { return (v8){x, x, x, x, x, x, x, x}; }
