@@ -4,9 +4,8 @@ frozen (freeze.py). At level 3 the graph is split at the splitting ops first and
 between them compiled alone with its weights as inputs (CPU: references + Inductor, not frozen,
 so a cached piece serves any weights of its shape; CUDA: Inductor; NPU: the piece as is), then,
 with a CaptureSpec, wrapped in a CapturedPiece. A decode backend (CompiledModel's decode graph,
-CPU level 2) also decomposes rope, the KV write and attention into their traceable forms; with
-template_linears it freezes the weights too and leaves the linears to Inductor's CPP GEMM template
-(GEMM_TEMPLATE). It records what each compile saw, for tests and for the compile-time line."""
+CPU level 2) also decomposes rope, the KV write and attention into their traceable forms, and keeps
+the weights as inputs. It records what each compile saw, for tests and for the compile-time line."""
 from __future__ import annotations
 
 import time
@@ -25,12 +24,6 @@ from ascendtile.compilation.passes import run_fusion_passes
 from ascendtile.compilation.passes.graph import ascend_op
 from ascendtile.platform import cpu_has_bf16_dot
 
-# Inductor's own GEMM for the linears of a frozen decode graph: its CPP template (AMX micro-kernels
-# for bf16 on an AMX CPU), autotuned per shape against aten's. SmolLM2's 120 layer products at 32
-# bf16 rows: 11.8-12.2 against oneDNN's 17.9-18.1 ms (bench/results/2026-11-29-amx-vs-vllm.md).
-GEMM_TEMPLATE = {"max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN"}
-
-
 class AscendBackend:
     def __init__(self, config: CompilationConfig, device_type: str, capture: CaptureSpec | None = None,
                  decode: bool = False) -> None:
@@ -45,11 +38,6 @@ class AscendBackend:
         self.captured: list[CapturedPiece] = []  # level 3 with a CaptureSpec: the pieces that capture
         # per frozen compile on a CPU without bf16 dot products: the bf16 linears widened to fp32
         self.widened_linears: list[int] = []
-        # Decode graphs: whether the next compile freezes the weights and gives the linears to
-        # Inductor's CPP GEMM template (CompiledModel sets it per compile), and per compile the
-        # template kernels Inductor generated (its cpp_templated_kernel_counter)
-        self.template_linears = False
-        self.templated_kernels: list[int] = []
 
     @property
     def num_compiles(self) -> int:
@@ -62,12 +50,11 @@ class AscendBackend:
         if self.config.level == CompilationLevel.PIECEWISE:
             compiled = self._piecewise(gm)
         elif self.config.use_inductor:
-            # A decode graph's weights stay inputs unless template_linears: oneDNN's packed linear
-            # costs ~90 µs a call of set-up at decode sizes (aten's matmul ~20 µs;
-            # bench/results/2026-11-26-cpu-decode-graph.md), and frozen copies add the weights'
-            # bytes again beside the general graph's.
-            freeze = (self.device_type == "cpu" and self.config.level == CompilationLevel.DYNAMO_ONCE
-                      and (not self.decode or self.template_linears))
+            # A decode graph's weights stay inputs: oneDNN's packed linear costs ~90 µs a call of
+            # set-up at decode sizes (aten's matmul ~20 µs; bench/results/2026-11-26-cpu-decode-graph.md),
+            # its linears take cpu_linear's kernels (decompose.py), and frozen copies would add the
+            # weights' bytes again beside the general graph's.
+            freeze = self.device_type == "cpu" and self.config.level == CompilationLevel.DYNAMO_ONCE and not self.decode
             compiled = self._inductor(gm, example_inputs, freeze=freeze)
         else:
             if self.decode:  # the decomposed graph runs as Python: the same values, uncompiled
@@ -79,14 +66,14 @@ class AscendBackend:
     def _inductor(self, gm: fx.GraphModule, example_inputs: list, freeze: bool = False) -> Callable:
         """freeze: fold the weights in as constants (freeze.py); example_inputs must then be the
         real inputs, which only the whole graph's are (a piece's are fake)."""
-        kept, template = None, self.decode and freeze  # a frozen decode graph: its linears to the GEMM template
+        kept = None
         if freeze:
             gm, kept = lift_parameters(gm, example_inputs)
             example_inputs = [example_inputs[i] for i in kept]
             if not cpu_has_bf16_dot():
                 self.widened_linears.append(widen_bf16_linears(gm))
         if self.device_type == "cpu":
-            self._decompose(gm, frozen_linears=template)
+            self._decompose(gm)
         import torch._inductor.config as inductor_config
         from torch._inductor.compile_fx import compile_fx
         from torch._inductor.runtime.cache_dir_utils import temporary_cache_dir
@@ -95,19 +82,13 @@ class AscendBackend:
         # only and drops the in-memory caches keyed on the old one. A frozen graph holds
         # oneDNN-packed weights, which torch cannot pickle: its FX graph cache bypasses it. The
         # cache keys are the same in every process (cache_key.py).
-        from torch._dynamo.utils import counters
-
-        before = counters["inductor"]["cpp_templated_kernel_counter"]
-        with temporary_cache_dir(self.config.cache_dir), \
-                inductor_config.patch(freezing=freeze, **(GEMM_TEMPLATE if template else {})), \
+        with temporary_cache_dir(self.config.cache_dir), inductor_config.patch(freezing=freeze), \
                 memory_formats_by_name():
             compiled = compile_fx(gm, example_inputs)
-        if self.decode:
-            self.templated_kernels.append(counters["inductor"]["cpp_templated_kernel_counter"] - before)
         return compiled if kept is None else taking_kept_inputs(compiled, kept)
 
-    def _decompose(self, gm: fx.GraphModule, frozen_linears: bool = False) -> None:
-        decompose_to_references(gm, self.decode, self.config.cache_dir, frozen_linears)
+    def _decompose(self, gm: fx.GraphModule) -> None:
+        decompose_to_references(gm, self.decode, self.config.cache_dir)
         if self.decode:
             self.opaque_ops.append([name for name in map(ascend_op, gm.graph.nodes) if name])
 

@@ -27,15 +27,16 @@ differ in: the first step of each variant goes through Dynamo with its guards ev
 variant's later steps call the bytecode of the entry that served it, with no guard evaluation
 (direct_call.py; `decode_calls` counts both kinds).
 
-On a CPU with AMX, a bf16 model's decode graph for batches over one freezes its weights as the
-general graph does and leaves its linears to Inductor's CPP GEMM template, whose AMX kernels read
-the weights at close to the memory's speed at decode batch sizes where oneDNN's products run at
-about half the GEMM roof (a bf16 SmolLM2 decode step at batch 32: 30-36 against 43-48 ms;
-bench/results/2026-11-29-amx-vs-vllm.md). The price: a longer compile (Inductor times each
-product shape's kernels, and a frozen graph bypasses the FX graph cache: SmolLM2's level-2 compiles
-took 121 s against 58-60 s from a warm cache), and the weights' bytes once more in memory. The
-batch-of-one graph keeps cpu_linear's kernel. fp32 models keep their weights as inputs: through the
-template their decode steps at batch 32 took 88.7-97.9 against oneDNN's 71.8-83.9 ms
+On a CPU with AMX, a bf16 model's oneDNN packs also get their weights in tile order
+(PackedWeight.with_tiles, on huge pages), and the decode graph traces its linears as cpu_linear calls
+over them: the op's tile kernel multiplies products of 3 to 64 rows on AMX, streaming the tiles at
+close to the memory's speed (SmolLM2's 120 layer products at 32 bf16 rows, one process: 11.0
+against 13.2 ms for Inductor's CPP GEMM template over frozen weights on huge pages, the 49,152 ×
+576 head 2.2 against 3.3; a bf16 decode step at batch 32, 37.4 against 45.2 ms;
+bench/results/2026-11-30-amx-tile-linear.md). The tiles hold the weights' bytes once more; the
+frozen template's copies did too, and took a longer compile (Inductor times each product shape's
+kernels). fp32 models keep their weights as inputs: through the template their decode steps at
+batch 32 took 88.7-97.9 against oneDNN's 71.8-83.9 ms
 (bench/results/2026-11-29-amx-prefill-attention.md), and on a CPU with AVX-512 cpu_linear's wide
 kernel takes their products of 4 to 64 rows.
 """
@@ -57,7 +58,6 @@ from ascendtile.model.attention_metadata import AttentionMetadata
 from ascendtile.model.layers import int4pack
 from ascendtile.model.layers.linear import Linear, PackedWeight, few_rows_kernel
 from ascendtile.ops._registry import trusted_calls
-from ascendtile.platform import cpu_has_amx
 
 
 class CompiledModel:
@@ -71,9 +71,10 @@ class CompiledModel:
         self.decode_backend = (AscendBackend(config, device_type, decode=True)
                                if device_type == "cpu" and config.level == CompilationLevel.DYNAMO_ONCE
                                and config.cpu_decode_graph else None)
-        # bf16 weights on an AMX CPU: the decode graph of batches over one freezes them and leaves
-        # its linears to Inductor's CPP GEMM template (AscendBackend.template_linears)
-        self._template_linears = self.decode_backend is not None and cpu_has_amx() and _float_bf16_linears(model)
+        # bf16 weights on an AMX CPU: the decode graph multiplies them on their tiles
+        if (self.decode_backend is not None and cpu_linear.tiles_served() and _float_bf16_linears(model)
+                and cpu_linear.load(config.cache_dir, [torch.bfloat16])):
+            _add_tiles(model)
         self._decode_method = _own_code(model.forward)
         self._decode_forward: Callable | None = None
         self._attention_layers: list[nn.Module] | None = None
@@ -128,7 +129,6 @@ class CompiledModel:
             self.decode_calls["direct"] += 1
             return direct(self.model, input_ids, positions, attn_metadata)
         self.decode_calls["guarded"] += 1
-        self.decode_backend.template_linears = self._template_linears and batch > 1
         if self._decode_forward is None:
             self._decode_forward = torch.compile(self._decode_method, backend=self.decode_backend,
                                                  fullgraph=True, dynamic=True)
@@ -155,7 +155,8 @@ class CompiledModel:
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The wrapped model's logits. With CPU level 2's decode graph, a head product of the rows
         cpu_linear's C++ kernel takes (rows_served: single stream and two sequences; fp32 decode
-        batches on an AVX-512 CPU) runs there, as the decode graph's linears do: it reads the
+        batches on an AVX-512 CPU; bf16 ones over the head's tiles on an AMX CPU) runs there, as
+        the decode graph's linears do: it reads the
         head's weight once at close to the memory's speed, where oneDNN's packed copy or aten read
         it slower (SmolLM2's 49,152 × 576 head, 2 threads, AVX2 EPYC, 2026-11-29: fp32 1 row 8.2–8.7
         against 10.2 ms, bf16 1 row 3.8–3.9 against 6.0–6.3, 2 rows 2.6–3.5 against 8.2–10.3;
@@ -199,6 +200,15 @@ def _float_bf16_linears(model: nn.Module) -> bool:
     """Whether every Linear of the model has a float bf16 weight (none W8A8 or W4A16)."""
     linears = [module for module in model.modules() if isinstance(module, Linear)]
     return bool(linears) and all(linear.kind == "float" and linear.weight.dtype == torch.bfloat16 for linear in linears)
+
+
+def _add_tiles(model: nn.Module) -> None:
+    """Every oneDNN pack of the model (its Linears', the tied head's) with the weight in tile order
+    added (PackedWeight.with_tiles)."""
+    for module in model.modules():
+        for name, value in list(vars(module).items()):
+            if isinstance(value, PackedWeight):
+                setattr(module, name, value.with_tiles())
 
 
 def _prepacked_tensors(model: nn.Module) -> list[torch.Tensor]:

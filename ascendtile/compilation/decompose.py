@@ -15,16 +15,16 @@ F.linear) with weights of at least ONEDNN_MIN_WEIGHT_ELEMENTS become `cpu_linear
 products of 1 or 2 rows in a C++ kernel (ascendtile/cpu/linear.py; a bf16 SmolLM2 decode step at
 batch 1: 16.0 against 18.8 ms, bench/results/2026-11-28-cpu-few-rows-linear.md), and on a CPU with
 AVX-512 fp32 products of 4 to 64 rows in its wide kernel; smaller weights stay
-with aten, whose call costs less than the op's. A decode graph whose weights are frozen
-(compiled_model.py: bf16 batches on an AMX CPU) keeps them as F.linear calls instead, for Inductor's
-GEMM template (unpack_linear). The general graph keeps rope, the KV write and
-attention opaque to Inductor (its attention would need the mixed-batch masks, and the traceable
-forms double its compile time; the KV write's alone added 27 s to SmolLM2's 49 s bf16 compile,
-bench/results/2026-11-30-cpu-kv-write.md), but its rope over positions [T], its KV write into and
-its attention over float caches call the CPU kernels' ops where they serve and build
-(general_form_of: one pass over the heads instead of the reference's seven tensor ops, each row
-copied to its slot with no host read, and attention read from the cache with no padded fp32
-copies; a bf16 SmolLM2 prefill of 32 × 128 tokens 3,011 -> 2,375 ms for rope and attention,
+with aten, whose call costs less than the op's. bf16 linears whose packs hold their weights in tile
+order (compiled_model.py: on an AMX CPU) trace as cpu_linear calls over the tiles already
+(layers/linear.py float_linear), which the tile kernel multiplies from 3 to 64 rows. The general
+graph keeps rope, the KV write and attention opaque to Inductor (its attention would need the
+mixed-batch masks, and the traceable forms double its compile time; the KV write's alone added 27 s to
+SmolLM2's 49 s bf16 compile, bench/results/2026-11-30-cpu-kv-write.md), but its rope over positions
+[T], its KV write into and its attention over float caches call the CPU kernels' ops where they
+serve and build (general_form_of: one pass over the heads instead of the reference's seven tensor
+ops, each row copied to its slot with no host read, and attention read from the cache with no padded
+fp32 copies; a bf16 SmolLM2 prefill of 32 × 128 tokens 3,011 -> 2,375 ms for rope and attention,
 bench/results/2026-11-28-cpu-prefill-kernels.md).
 The ops' validators already ran at trace time (each fake impl validates).
 """
@@ -140,29 +140,15 @@ def retarget_linear(node: fx.Node, cache_dir: str) -> bool:
     return True
 
 
-def unpack_linear(node: fx.Node) -> bool:
-    """Make a decode graph's onednn_linear call over a packed copy an F.linear call on its weight
-    and bias: in a frozen graph the weight is a constant, which Inductor's GEMM template packs
-    and multiplies itself."""
-    if node.op != "call_function" or node.target is not torch.ops.ascendtile.onednn_linear.default:
-        return False
-    x, weight, _, bias = node.args
-    node.args, node.kwargs, node.target = (x, weight, bias), {}, torch._C._nn.linear
-    return True
-
-
-def decompose_to_references(gm: fx.GraphModule, decode: bool = False, cache_dir: str | None = None,
-                            frozen_linears: bool = False) -> int:
+def decompose_to_references(gm: fx.GraphModule, decode: bool = False, cache_dir: str | None = None) -> int:
     """Retarget decomposable op calls in place; returns how many. decode: gm is a decode graph
     (every sequence one new token), whose rope, KV write and attention take their traceable forms
     (attention: the CPU kernel's op where it serves, built in cache_dir) and whose linears take
-    cpu_linear (with a cache_dir), or, with frozen_linears (its weights frozen), F.linear
-    (unpack_linear). Otherwise, with a cache_dir, rope and attention take the CPU kernels where
-    they serve (general_form_of)."""
+    cpu_linear (with a cache_dir). Otherwise, with a cache_dir, rope and attention take the CPU
+    kernels where they serve (general_form_of)."""
     count = 0
     for node in gm.graph.nodes:
-        if decode and (unpack_linear(node) if frozen_linears
-                       else cache_dir is not None and retarget_linear(node, cache_dir)):
+        if decode and cache_dir is not None and retarget_linear(node, cache_dir):
             count += 1
             continue
         name = ascend_op(node)

@@ -38,8 +38,8 @@ using DecodeFn = int (*)(void*, const void*, const void*, const void*, const voi
 using UnifiedFn = int (*)(void*, const void*, const void*, const void*, const void*, const void*, const void*, int64_t,
                           int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
                           int64_t, int64_t, int64_t, int64_t, float, float, int64_t, int);
-using LinearFn = int (*)(void*, const void*, const void*, const void*, int64_t, int64_t, int64_t, int64_t, int64_t,
-                         int64_t, int);
+using LinearFn = int (*)(void*, const void*, const void*, const void*, const void*, int64_t, int64_t, int64_t, int64_t,
+                         int64_t, int64_t, int);
 using RopeFn = int (*)(const void*, int, void*, int64_t, int64_t, int64_t, void*, int64_t, int64_t, int64_t, const void*,
                        int, int64_t, int64_t, int, int64_t, int, int64_t, int);
 
@@ -48,9 +48,10 @@ std::atomic<UnifiedFn> unified_kernels[3][MAX_HEAD_DIM + 1];
 std::atomic<LinearFn> linear_kernels[3];
 std::atomic<RopeFn> rope_kernels[3];
 std::atomic<int64_t> decode_calls{0}, decode_dot_calls{0}, unified_calls{0}, unified_tiled_calls{0}, linear_calls{0},
-    rope_calls{0}, kv_write_calls{0};
+    linear_tiled_calls{0}, rope_calls{0}, kv_write_calls{0};
 std::atomic<int64_t> linear_max_rows{@LINEAR_MAX_ROWS@};  // more rows: oneDNN or aten
 std::atomic<bool> linear_wide{false};  // the loaded kernels hold the wide one (fp32, AVX-512 builds)
+std::atomic<bool> linear_tiled{false};  // and the tile one (bf16 over a weight's tiles, AMX builds)
 
 int dtype_index(at::ScalarType t) {
   for (int i = 0; i < 3; ++i) if (DTYPES[i] == t) return i;
@@ -192,14 +193,30 @@ at::Tensor linear_elsewhere(const at::Tensor& x, const at::Tensor& weight, const
   return at::linear(x, weight, bias);
 }
 
+// tiles: weight [N, K] in tile order, [N / 16, K / 32, 16, 16, 2] contiguous (linear_source.py)
+void check_tiles(const at::Tensor& tiles, const at::Tensor& weight) {
+  const int64_t n = weight.size(0), k = weight.size(1);
+  TORCH_CHECK_VALUE(weight.scalar_type() == at::kBFloat16 && n % 16 == 0 && k % 32 == 0,
+                    "tiles: only for a bf16 weight of whole 16 x 32 tiles, got weight ",
+                    dtype_name(weight.scalar_type()), " ", tuple(weight.sizes()));
+  TORCH_CHECK_VALUE(tiles.scalar_type() == at::kBFloat16 && tiles.is_contiguous()
+                    && tiles.sizes().equals({n / 16, k / 32, 16, 16, 2}),
+                    "tiles: expected a contiguous torch.bfloat16 (", n / 16, ", ", k / 32, ", 16, 16, 2) for weight ",
+                    tuple(weight.sizes()), ", got ", dtype_name(tiles.scalar_type()), " ", tuple(tiles.sizes()),
+                    " with strides ", tuple(tiles.strides()));
+}
+
 at::Tensor cpu_linear(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& packed,
-                      const std::optional<at::Tensor>& bias) {
+                      const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& tiles) {
   int64_t rows = 1;
   for (int64_t i = 0; i + 1 < x.dim(); ++i) rows *= x.size(i);
+  if (tiles) check_tiles(*tiles, weight);
   // the rows the kernels take (linear_source.py); others go where the traced call would have gone
   const int64_t bound = linear_max_rows.load();
   const bool wide = linear_wide.load() && x.scalar_type() == at::kFloat && rows >= @LINEAR_WIDE_MIN_ROWS@;
-  if (x.dim() == 0 || rows > bound || (rows > @LINEAR_FEW_ROWS@ && !wide)) return linear_elsewhere(x, weight, packed, bias);
+  const bool tiled = tiles && linear_tiled.load() && rows > @LINEAR_FEW_ROWS@;
+  if (x.dim() == 0 || rows > bound || (rows > @LINEAR_FEW_ROWS@ && !wide && !tiled))
+    return linear_elsewhere(x, weight, packed, bias);
   const auto dtype = weight.scalar_type();
   TORCH_CHECK_VALUE(linear_served(weight), "weight: no kernel for ", dtype_name(dtype), " ", tuple(weight.sizes()),
                     " with strides ", tuple(weight.strides()),
@@ -216,10 +233,14 @@ at::Tensor cpu_linear(const at::Tensor& x, const at::Tensor& weight, const std::
   at::Tensor flat = x.dim() == 2 ? x : x.reshape({rows, k});
   if (flat.stride(1) != 1) flat = flat.contiguous();
   at::Tensor out = at::empty({rows, n}, x.options());
-  const int status = kernel(out.data_ptr(), flat.data_ptr(), weight.data_ptr(), bias ? bias->data_ptr() : nullptr,
-                            rows, n, k, flat.stride(0), weight.stride(0), out.stride(0), at::get_num_threads());
+  const int status = kernel(out.data_ptr(), flat.data_ptr(), weight.data_ptr(), tiled ? tiles->data_ptr() : nullptr,
+                            bias ? bias->data_ptr() : nullptr, rows, n, k, flat.stride(0), weight.stride(0),
+                            out.stride(0), at::get_num_threads());
+  // the tile kernel declines (1) where Linux does not lend the process AMX's tiles
+  if (tiled && status == 1) return linear_elsewhere(x, weight, packed, bias);
   TORCH_INTERNAL_ASSERT(status == 0, "cpu_linear: no kernel for ", rows, " rows of ", k);  // ruled out above
   linear_calls++;
+  linear_tiled_calls += tiled;
   if (x.dim() == 2) return out;
   std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end() - 1);
   shape.push_back(n);
@@ -357,7 +378,10 @@ extern "C" void ascendtile_set_rotary_embedding(int dtype, void* kernel) {
 }
 
 extern "C" void ascendtile_set_linear_max_rows(int64_t rows) { linear_max_rows = rows; }
-extern "C" void ascendtile_set_linear_wide(int on) { linear_wide = on != 0; }
+extern "C" void ascendtile_set_linear_kernels(int wide, int tiled) {
+  linear_wide = wide != 0;
+  linear_tiled = tiled != 0;
+}
 
 extern "C" int64_t ascendtile_calls(const char* op) {
   if (std::strcmp(op, "cpu_decode_attention") == 0) return decode_calls.load();
@@ -365,6 +389,7 @@ extern "C" int64_t ascendtile_calls(const char* op) {
   if (std::strcmp(op, "cpu_unified_attention") == 0) return unified_calls.load();
   if (std::strcmp(op, "cpu_unified_attention:tiled") == 0) return unified_tiled_calls.load();
   if (std::strcmp(op, "cpu_linear") == 0) return linear_calls.load();
+  if (std::strcmp(op, "cpu_linear:tiled") == 0) return linear_tiled_calls.load();
   if (std::strcmp(op, "cpu_rotary_embedding") == 0) return rope_calls.load();
   if (std::strcmp(op, "cpu_reshape_and_cache_flash") == 0) return kv_write_calls.load();
   return -1;

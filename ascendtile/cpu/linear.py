@@ -9,16 +9,19 @@ graph calls otherwise (compilation/decompose.py).
   and 21.1 against 25.0; bench/results/2026-11-28-cpu-few-rows-linear.md).
 - On a CPU with AVX-512, fp32 products of WIDE_MIN_ROWS to MAX_ROWS rows (decode batches) run the
   wide kernel, whose reads of the weight overlap its arithmetic (linear_source.py).
+- On a CPU with AMX, bf16 products of more than FEW_ROWS to MAX_ROWS rows given the weight's tiles
+  (layers/linear.py PackedWeight.with_tiles) run the tile kernel, which streams the tiles in order.
 
 Other products go where the traced call would have sent them, `ascendtile::onednn_linear`
 (layers/linear.py: the packed copy, or aten for the few fp32 rows an Intel CPU multiplies faster
 there) where there is a packed copy, else aten. rows_served bounds the row counts the kernel takes.
 
-`cpu_linear(x, weight, packed, bias)`: x [..., K] · weight [N, K]ᵀ (+ bias [N]) -> [..., N]; packed is
-weight's oneDNN-packed copy (layers/linear.py PackedWeight) or None. dtypes: fp32, bf16, fp16 (x,
-weight and bias alike), fp32 accumulation, the output rounded once. The input dim must be a
-multiple of 16 and the weight's rows contiguous (supports). The op's body (the row bound, the
-operand checks, which name the wrong argument, and the call) is C++ as well (dispatch.py)."""
+`cpu_linear(x, weight, packed, bias, tiles=None)`: x [..., K] · weight [N, K]ᵀ (+ bias [N]) -> [..., N];
+packed is weight's oneDNN-packed copy (layers/linear.py PackedWeight) or None; tiles (bf16 weights of
+whole 16 x 32 tiles only) is weight in tile order, [N / 16, K / 32, 16, 16, 2] contiguous, or None.
+dtypes: fp32, bf16, fp16 (x, weight and bias alike), fp32 accumulation, the output rounded once. The
+input dim must be a multiple of 16 and the weight's rows contiguous (supports). The op's body (the row
+bound, the operand checks, which name the wrong argument, and the call) is C++ as well (dispatch.py)."""
 from __future__ import annotations
 
 import ctypes
@@ -29,29 +32,39 @@ from ascendtile.cpu import build, dispatch
 from ascendtile.cpu.build import DTYPES
 from ascendtile.cpu.linear_source import FEW_ROWS, MAX_ROWS, SOURCE, WIDE_MIN_ROWS  # noqa: F401 (bounds)
 
-_ARGTYPES = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 6 + [ctypes.c_int]
+_ARGTYPES = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 6 + [ctypes.c_int]
 _kernels: dict[tuple[torch.dtype], ctypes._CFuncPtr] = {}  # (dtype,) -> entry point, once loaded
 
 
 def load(cache_dir: str, dtypes: list[torch.dtype]) -> bool:
     """Build (or load from cache_dir) the kernels for these dtypes (DTYPES) and the op's C++ body
     (dispatch.py); False where they cannot be built here."""
-    flags = build.avx512_flags()
+    flags = build.amx_flags() or build.avx512_flags()  # AMX_FLAGS hold AVX-512F too
     if not dispatch.load_op("cpu_linear", SOURCE, cache_dir, _ARGTYPES, [(dtype,) for dtype in dtypes], _kernels, flags):
         return False
-    dispatch.set_linear_wide(bool(flags))
+    dispatch.set_linear_kernels(wide=bool(flags), tiled=bool(build.amx_flags()))
     return True
 
 
 def rows_served(dtype: torch.dtype) -> int:
     """The most rows of a product in `dtype` that the kernel takes on this CPU: MAX_ROWS for fp32
     where the library is built with AVX-512 (the wide kernel, from WIDE_MIN_ROWS rows; the rows
-    between go on to oneDNN or aten), else FEW_ROWS."""
-    return MAX_ROWS if dtype == torch.float32 and build.avx512_flags() else FEW_ROWS
+    between go on to oneDNN or aten) and for bf16 with tiles where it is built for AMX (the tile
+    kernel), else FEW_ROWS."""
+    if dtype == torch.float32 and build.avx512_flags() or dtype == torch.bfloat16 and tiles_served():
+        return MAX_ROWS
+    return FEW_ROWS
 
 
-# `calls`: the kernel launches in this process, what shows a graph runs on it
-__getattr__ = dispatch.calls_attribute("cpu_linear")
+def tiles_served() -> bool:
+    """Whether this CPU's build has the tile kernel: bf16 products over a weight's tiles
+    (model/layers/linear.py PackedWeight.tiles) on AMX."""
+    return bool(build.amx_flags())
+
+
+# `calls`: the kernel launches in this process, what shows a graph runs on it; `tiled_calls`: those
+# that multiplied on AMX tiles
+__getattr__ = dispatch.calls_attribute("cpu_linear", tiled_calls="cpu_linear:tiled")
 
 
 def supports(weight: torch.Tensor) -> bool:
@@ -61,11 +74,11 @@ def supports(weight: torch.Tensor) -> bool:
 
 
 _LIB = torch.library.Library("ascendtile", "FRAGMENT")  # the namespace's DEF: model/layers/expert_dispatch.py
-_LIB.define("cpu_linear(Tensor x, Tensor weight, Tensor? packed, Tensor? bias) -> Tensor")
+_LIB.define("cpu_linear(Tensor x, Tensor weight, Tensor? packed, Tensor? bias, Tensor? tiles=None) -> Tensor")
 
 
 def _cpu_linear_fake(x: torch.Tensor, weight: torch.Tensor, packed: torch.Tensor | None,
-                     bias: torch.Tensor | None) -> torch.Tensor:
+                     bias: torch.Tensor | None, tiles: torch.Tensor | None = None) -> torch.Tensor:
     return x.new_empty(*x.shape[:-1], weight.shape[0])
 
 

@@ -24,15 +24,22 @@ only the first's (SmolLM2's 120 layer products at 32 fp32 rows, 2 threads, Intel
 bench/results/2026-11-29-wide-fp32-linear.md). At 3 rows the product is bound by its reads, which
 aten's (MKL's) kernel, where onednn_linear sends them on an Intel CPU, streamed faster (30.0-33.2
 against 33.9-36.8 ms for the 120 products; from 4 rows the kernel was faster), so those stay there.
-Other dtypes keep oneDNN's dot products past 2 rows (bf16 on an AMX CPU: Inductor's GEMM template
-in the decode graph)."""
+fp16 keeps oneDNN's dot products past 2 rows, and so does bf16 except on AMX.
 
+In a build with AMX (build.AMX_FLAGS, amx_source.py), bf16 products of 3 to MAX_ROWS rows over the
+weight's tiles run the tile kernel (below): the weight bytes are read once, in order, and the
+arithmetic is a small part of the time. Over SmolLM2's 120 layer products at 32 rows it took 11.0
+against 13.2 ms for Inductor's AMX GEMM template over frozen weights, both on huge pages, and 2.2
+against 3.3 ms for the 49,152 x 576 head (2 threads, Intel Xeon with AMX, one process;
+bench/results/2026-11-30-amx-tile-linear.md)."""
+
+from ascendtile.cpu.amx_source import SOURCE as AMX
 from ascendtile.cpu.vector_source import PRELUDE
 
 FEW_ROWS = 2  # the most rows the few-row kernel takes, in every dtype and build
 WIDE_MIN_ROWS, MAX_ROWS = 4, 64  # the rows the wide kernel takes (fp32, AVX-512 builds); dispatch returns 1 for others
 
-_SOURCE = PRELUDE + r'''
+_SOURCE = PRELUDE + AMX + r'''
 
 // 16 consecutive weight elements -> two fp32 vectors; bf16: the even elements, then the odd ones
 static inline void load16(const float* p, v8& a, v8& b) { std::memcpy(&a, p, 32); std::memcpy(&b, p + 8, 32); }
@@ -172,10 +179,147 @@ static void wide_product(float* out, const float* x, const float* w, const float
 }
 #endif
 
+#ifdef ASCENDTILE_AMX
+// AMX (a library built with build.AMX_FLAGS): bf16 products of up to MAX_ROWS rows over the weight
+// in tile order, tiles[N / 16][K / 32][16][16][2] (model/layers/linear.py PackedWeight.tiles): each
+// 16-output block's K / 32 tiles of 1 KiB follow each other, so a thread reads its blocks as one
+// stream. x rows are the left operand, loaded in place: rows [16 t, 16 t + 16) are m tile t, the
+// last of them holding the rows left (its tile configured that short). Accumulators 0-3 hold
+// m tile t times block j: with MT m tiles, a group of WB = 4 / MT blocks (at most 4) goes
+// through the whole of K at a time.
+//   MT == 1: x in tile 4, the blocks in 6 and 7 in turn, accumulator j;
+//   MT == 2: x in tiles 4 and 5, the blocks in 6 and 7, accumulator 2 j + t;
+//   MT 3, 4 (WB 1): the block in 6, x tiles in 4 and 5 in turn and the last one in 7, accumulator t.
+// Each block prefetches its tiles TILE_AHEAD bytes ahead of its reads, 4 tiles: the stream of a
+// thread's blocks outran the hardware prefetcher alone (SmolLM2's 49,152 x 576 head at 32 rows:
+// 1.63 against 2.28 ms).
+#include <omp.h>
+constexpr int64_t TILE_AHEAD = 4096;
+
+static void tile_configure(int mt, int last_rows) {
+  TileConfig config;
+  for (int t = 0; t < 8; ++t) { config.colsb[t] = 64; config.rows[t] = 16; }
+  // the last m tile's x tile and accumulators (tile_groups' registers) hold last_rows rows
+  if (mt == 1) for (int t : {0, 1, 2, 3, 4}) config.rows[t] = last_rows;
+  else if (mt == 2) for (int t : {1, 3, 5}) config.rows[t] = last_rows;
+  else config.rows[7] = config.rows[mt - 1] = last_rows;
+  _tile_loadconfig(&config);
+}
+
+// accumulator `acc` (m tile t times output block `block`) + bias -> out, the tile's first `rows` rows
+static inline void tile_store(int acc, float* c, bf16_t* out, const bf16_t* bias, int t, int rows, int64_t block,
+                              int64_t o_s) {
+  switch (acc) {
+    case 0: _tile_stored(0, c, 64); break;
+    case 1: _tile_stored(1, c, 64); break;
+    case 2: _tile_stored(2, c, 64); break;
+    default: _tile_stored(3, c, 64); break;
+  }
+  __m512 b = _mm512_setzero_ps();
+  if (bias) {  // 16 bf16 widened: each the high half of an fp32
+    const __m256i raw = _mm256_loadu_si256((const __m256i*)(bias + 16 * block));
+    b = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+  }
+  for (int m = 0; m < rows; ++m) {
+    const __m256bh v = _mm512_cvtneps_pbh(_mm512_add_ps(_mm512_load_ps(c + 16 * m), b));
+    std::memcpy(out + (16 * t + m) * o_s + 16 * block, &v, 32);
+  }
+}
+
+// blocks [b0, b0 + WB * groups) in groups of WB
+template <int MT, int WB>
+static void tile_groups(bf16_t* out, const bf16_t* x, const bf16_t* tiles, const bf16_t* bias, int64_t b0,
+                        int64_t groups, int64_t k, int64_t x_s, int64_t o_s, int last_rows) {
+  alignas(64) float c[256];
+  const int64_t k_tiles = k / 32, block_elems = k_tiles * 512;
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t block = b0 + g * WB;
+    const bf16_t* b = tiles + block * block_elems;
+    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+    for (int64_t kt = 0; kt < k_tiles; ++kt) {
+      for (int j = 0; j < WB; ++j) {
+        const char* ahead = (const char*)(b + j * block_elems + kt * 512) + TILE_AHEAD;
+        for (int line = 0; line < 1024; line += 64) _mm_prefetch(ahead + line, _MM_HINT_T0);
+      }
+      const bf16_t* a = x + kt * 32;
+      const bf16_t* w = b + kt * 512;
+      if constexpr (MT == 1) {
+        _tile_loadd(4, a, 2 * x_s);
+        _tile_loadd(6, w, 64); _tile_dpbf16ps(0, 4, 6);
+        if constexpr (WB > 1) { _tile_loadd(7, w + block_elems, 64); _tile_dpbf16ps(1, 4, 7); }
+        if constexpr (WB > 2) { _tile_loadd(6, w + 2 * block_elems, 64); _tile_dpbf16ps(2, 4, 6); }
+        if constexpr (WB > 3) { _tile_loadd(7, w + 3 * block_elems, 64); _tile_dpbf16ps(3, 4, 7); }
+      } else if constexpr (MT == 2) {
+        _tile_loadd(4, a, 2 * x_s); _tile_loadd(5, a + 16 * x_s, 2 * x_s);
+        _tile_loadd(6, w, 64); _tile_dpbf16ps(0, 4, 6); _tile_dpbf16ps(1, 5, 6);
+        if constexpr (WB > 1) { _tile_loadd(7, w + block_elems, 64); _tile_dpbf16ps(2, 4, 7); _tile_dpbf16ps(3, 5, 7); }
+      } else {
+        _tile_loadd(6, w, 64);
+        _tile_loadd(4, a, 2 * x_s); _tile_dpbf16ps(0, 4, 6);
+        if constexpr (MT == 3) {
+          _tile_loadd(5, a + 16 * x_s, 2 * x_s); _tile_dpbf16ps(1, 5, 6);
+          _tile_loadd(7, a + 32 * x_s, 2 * x_s); _tile_dpbf16ps(2, 7, 6);
+        } else {
+          _tile_loadd(5, a + 16 * x_s, 2 * x_s); _tile_dpbf16ps(1, 5, 6);
+          _tile_loadd(4, a + 32 * x_s, 2 * x_s); _tile_dpbf16ps(2, 4, 6);
+          _tile_loadd(7, a + 48 * x_s, 2 * x_s); _tile_dpbf16ps(3, 7, 6);
+        }
+      }
+    }
+    for (int j = 0; j < WB; ++j)
+      for (int t = 0; t < MT; ++t)
+        tile_store(MT == 2 ? 2 * j + t : j + t, c, out, bias, t, t == MT - 1 ? last_rows : 16, block + j, o_s);
+  }
+}
+
+template <int MT>
+static void tile_product_rows(bf16_t* out, const bf16_t* x, const bf16_t* tiles, const bf16_t* bias, int64_t n,
+                              int64_t k, int64_t x_s, int64_t o_s, int last_rows, int threads) {
+  constexpr int WB = 4 / MT;
+  const int64_t blocks = n / 16, groups = blocks / WB;
+  #pragma omp parallel num_threads(threads)
+  {
+    const int64_t id = omp_get_thread_num(), count = omp_get_num_threads();
+    const int64_t g0 = groups * id / count, g1 = groups * (id + 1) / count;
+    const bool tail = id == count - 1 && blocks % WB;  // the last thread takes the blocks past the groups
+    if (g1 > g0 || tail) {
+      tile_configure(MT, last_rows);
+      tile_groups<MT, WB>(out, x, tiles, bias, g0 * WB, g1 - g0, k, x_s, o_s, last_rows);
+      if (tail) tile_groups<MT, 1>(out, x, tiles, bias, groups * WB, blocks % WB, k, x_s, o_s, last_rows);
+      _tile_release();
+    }
+  }
+}
+
+// 0 where it multiplied; 1 where Linux does not lend this process the tiles
+static int tile_product(bf16_t* out, const bf16_t* x, const bf16_t* tiles, const bf16_t* bias, int64_t rows,
+                        int64_t n, int64_t k, int64_t x_s, int64_t o_s, int threads) {
+  if (!amx_permitted()) return 1;
+  const int last_rows = int(rows - (rows - 1) / 16 * 16);
+#define ROWS(MT) tile_product_rows<MT>(out, x, tiles, bias, n, k, x_s, o_s, last_rows, threads)
+  switch ((rows + 15) / 16) {
+    case 1: ROWS(1); break;
+    case 2: ROWS(2); break;
+    case 3: ROWS(3); break;
+    default: ROWS(4); break;
+  }
+#undef ROWS
+  return 0;
+}
+#endif
+
 template <typename T>
-static int dispatch(void* out, const void* x, const void* w, const void* bias, int64_t rows, int64_t n, int64_t k,
-                    int64_t x_s, int64_t w_s, int64_t o_s, int threads) {
+static int dispatch(void* out, const void* x, const void* w, const void* tiles, const void* bias, int64_t rows,
+                    int64_t n, int64_t k, int64_t x_s, int64_t w_s, int64_t o_s, int threads) {
   if (k % 16 != 0 || rows > @MAX_ROWS@) return 1;
+  if (tiles) {  // the op body sends them only where the library has the tile kernel (dispatch.set_linear_tiled)
+#ifdef ASCENDTILE_AMX
+    if constexpr (std::is_same<T, bf16_t>::value)
+      return rows == 0 || n == 0 ? 0 : tile_product((bf16_t*)out, (const bf16_t*)x, (const bf16_t*)tiles,
+                                                     (const bf16_t*)bias, rows, n, k, x_s, o_s, threads);
+#endif
+    return 1;
+  }
   if (rows > @FEW_ROWS@) {  // the op body sends only the wide kernel's products here (dispatch.set_linear_wide)
 #if defined(__AVX512F__)
     if constexpr (std::is_same<T, float>::value) {
@@ -196,9 +340,9 @@ static int dispatch(void* out, const void* x, const void* w, const void* bias, i
 
 // One variant: elements T (build.load_variants).
 #define EXPORT(NAME, T) \
-extern "C" int NAME(void* out, const void* x, const void* w, const void* bias, int64_t rows, int64_t n, int64_t k, \
-                    int64_t x_s, int64_t w_s, int64_t o_s, int threads) { \
-  return dispatch<T>(out, x, w, bias, rows, n, k, x_s, w_s, o_s, threads); }
+extern "C" int NAME(void* out, const void* x, const void* w, const void* tiles, const void* bias, int64_t rows, \
+                    int64_t n, int64_t k, int64_t x_s, int64_t w_s, int64_t o_s, int threads) { \
+  return dispatch<T>(out, x, w, tiles, bias, rows, n, k, x_s, w_s, o_s, threads); }
 '''
 
 SOURCE = (_SOURCE.replace("@FEW_ROWS@", str(FEW_ROWS)).replace("@WIDE_MIN_ROWS@", str(WIDE_MIN_ROWS))

@@ -11,7 +11,6 @@ import pytest
 import torch
 
 from ascendtile.compilation import CompilationConfig, CompiledModel, compile_model
-from ascendtile.compilation import compiled_model as compiled_model_module
 from ascendtile.compilation.backend import AscendBackend
 from ascendtile.compilation.config import default_cache_dir
 from ascendtile.cpu import decode_attention as cpu_decode_attention
@@ -298,24 +297,34 @@ def test_level_2_with_inductor(tiny_dir, eager_tokens, monkeypatch):
     assert tokens == eager_tokens
 
 
-@pytest.mark.skipif(not cpu_has_amx(), reason="no AMX: a bf16 decode graph keeps its weights as inputs")
-@pytest.mark.slow  # two bf16 LLMs at level 2 with the decode graph, one autotuning its products
-def test_bf16_decode_graph_in_the_gemm_template_serves_every_batch_size(tiny_dir, monkeypatch):
-    """On an AMX CPU the bf16 decode graph frozen for Inductor's GEMM template serves the batches of
-    4 down to 2 from one compile, its later steps called without guards, and gives the tokens and
-    logprobs of the decode graph that keeps its weights as inputs."""
+@pytest.mark.skipif(not cpu_linear.tiles_served(), reason="no AMX: a bf16 decode graph has no tile kernel")
+@pytest.mark.slow  # two bf16 LLMs at level 2 with the decode graph
+def test_bf16_decode_graph_on_amx_multiplies_on_tiles(tiny_dir, monkeypatch):
+    """On an AMX CPU the bf16 decode graph's linears and the LM head multiply batches of 3 and 4 over
+    the weights' tiles (the tile kernel's counter: every linear and the head each such step),
+    its later steps called without guards, and give the tokens and logprobs of the same graph
+    without tiles (oneDNN's packed products), whose packs hold none. (The size bound lowered so
+    that the tiny model's weights pack.)"""
+    monkeypatch.setattr(linear_module, "ONEDNN_MIN_WEIGHT_ELEMENTS", 0)
+
     def generate():
         llm = LLM(tiny_dir, dtype=torch.bfloat16, max_model_len=256, max_num_seqs=4, num_kv_blocks=64,
                   compilation_config={"level": 2, "cpu_decode_graph": True})
         params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True, logprobs=1) for n in MAX_TOKENS]
-        return llm, [o.outputs[0] for o in llm.generate(PROMPTS, params, use_tqdm=False)]
+        tiled = cpu_linear.tiled_calls
+        outputs = [o.outputs[0] for o in llm.generate(PROMPTS, params, use_tqdm=False)]
+        return llm, outputs, cpu_linear.tiled_calls - tiled
 
-    template, got = generate()
-    monkeypatch.setattr(compiled_model_module, "cpu_has_amx", lambda: False)
-    plain, want = generate()
-    assert template.engine.model.decode_backend.templated_kernels == [4 * tiny.CONFIG.num_hidden_layers, 0]
-    assert plain.engine.model.decode_backend.templated_kernels == [0]
-    assert template.engine.model.decode_calls["direct"] >= 60
+    tiles, got, tiled_calls = generate()
+    monkeypatch.setattr(cpu_linear, "tiles_served", lambda: False)
+    plain, want, plain_tiled_calls = generate()
+    # at least one decode step of 3 or more sequences: its 4 linears a layer and the head
+    assert tiled_calls > 4 * tiny.CONFIG.num_hidden_layers and plain_tiled_calls == 0
+    linears = [m for m in tiles.engine.model.model.modules() if isinstance(m, linear_module.Linear)]
+    assert all(m.packed.tiles is not None for m in linears)
+    plain_linears = [m for m in plain.engine.model.model.modules() if isinstance(m, linear_module.Linear)]
+    assert all(m.packed.tiles is None for m in plain_linears)
+    assert tiles.engine.model.decode_calls["direct"] >= 60
     for a, b in zip(got, want):
         assert a.token_ids == b.token_ids
         for step_a, step_b, token in zip(a.logprobs, b.logprobs, a.token_ids):

@@ -1,6 +1,8 @@
 """The CPU few-row linear (ascendtile/cpu/linear.py), built into this session's cache: against the
 fp64 product for 1 and 2 rows (a last tile of fewer outputs, no inputs), and, on a CPU with
 AVX-512, fp32 products of 4 to 64 rows in the wide kernel (passes of every size, tiles cut short);
+the weight's tile order and, on a CPU with AMX, bf16 products of 3 to 64 rows over it in the tile
+kernel (short m tiles, odd output blocks), which other CPUs' builds send on; bad tiles;
 strided 2-D and 3-D x, a weight sliced from a wider one, biases; NaN and inf staying in their row
 and column; more rows, fp32's 3 and other dtypes' 3, where onednn_linear or aten would take them; bad
 inputs; the fake impl; and CPU level 2's decode graph retargeting its linears where the kernel
@@ -78,6 +80,92 @@ def test_16_bit_products_past_two_rows_stay_with_aten(dtype):
     assert cl.calls == calls and torch.equal(out, F.linear(x, weight, b))
 
 
+TILED = cl.tiles_served()  # this CPU's build multiplies bf16 over tiles on AMX
+
+
+def _tiles(weight):
+    """weight [N, K] in the tile kernel's order (PackedWeight.with_tiles), a copy of the weight."""
+    return model_linear.PackedWeight(weight, None, weight).with_tiles().tiles
+
+
+def test_tiles_hold_pairs_of_inputs_per_output_block():
+    """tiles[j, c, p, i] = weight[16 j + i, 32 c + 2 p : 32 c + 2 p + 2]; a weight that is not bf16
+    or not of whole 16 x 32 tiles gets none."""
+    weight = (torch.arange(48 * 64) % 251).reshape(48, 64).bfloat16()  # integers: exact in bf16
+    tiles = _tiles(weight)
+    assert tiles.shape == (3, 2, 16, 16, 2) and tiles.is_contiguous()
+    for j, c, p, i in [(0, 0, 0, 0), (2, 1, 15, 15), (1, 0, 3, 9), (2, 1, 0, 7)]:
+        assert torch.equal(tiles[j, c, p, i], weight[16 * j + i, 32 * c + 2 * p:32 * c + 2 * p + 2])
+    assert _tiles(weight.float()) is None and _tiles(weight[:40]) is None and _tiles(weight[:, :48]) is None
+
+
+@pytest.mark.parametrize("rows", [3, 5, 16, 17, 31, 32, 33, 48, 50, 64])
+@pytest.mark.parametrize("n, k, bias", [(16, 32, True), (48, 64, False), (80, 96, True), (576, 576, False),
+                                        (208, 1536, True)])
+def test_tiled_rows_match_the_fp64_product(rows, n, k, bias):
+    """bf16 products of 3 to 64 rows over the weight's tiles: on AMX the tile kernel (its counter;
+    m tiles of 1 to 4, the last one short; output blocks not a multiple of a group), elsewhere
+    onednn_linear or aten. x's rows strided, the weight sliced from a wider one."""
+    x, weight, b = _operands(rows, n, k, torch.bfloat16, bias)
+    x = x[:, 0]
+    calls, tiled = cl.calls, cl.tiled_calls
+    out = torch.ops.ascendtile.cpu_linear(x, weight, None, b, _tiles(weight))
+    assert (cl.calls - calls, cl.tiled_calls - tiled) == ((1, 1) if TILED else (0, 0))
+    assert out.shape == (rows, n) and out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.double(), _product(x, weight, b), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("rows, tiled", [(1, False), (2, False), (cl.MAX_ROWS + 1, False), (3, True)])
+def test_tiles_serve_only_the_rows_between(rows, tiled):
+    """1 and 2 rows take the few-row kernel, more than MAX_ROWS onednn_linear (the packed copy), and
+    so do the rows between where the library has no tile kernel (an AVX2 or AVX-512 CPU without
+    AMX: dispatch.set_linear_kernels)."""
+    x, weight, b = _operands(rows, 64, 96, torch.bfloat16)
+    pack = torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), 32)
+    for served in {TILED, False}:
+        dispatch.set_linear_kernels(wide=cl.rows_served(torch.float32) > cl.FEW_ROWS, tiled=served)
+        try:
+            calls, tiles_calls = cl.calls, cl.tiled_calls
+            out = torch.ops.ascendtile.cpu_linear(x, weight, pack, b, _tiles(weight))
+        finally:
+            dispatch.set_linear_kernels(wide=cl.rows_served(torch.float32) > cl.FEW_ROWS, tiled=TILED)
+        on_tiles = tiled and served
+        assert (cl.calls - calls, cl.tiled_calls - tiles_calls) == (int(rows <= cl.FEW_ROWS or on_tiles), int(on_tiles))
+        if not on_tiles and rows > cl.FEW_ROWS:
+            assert torch.equal(out, torch.ops.mkldnn._linear_pointwise(x, pack, b, "none", [], ""))
+        torch.testing.assert_close(out.double(), _product(x, weight, b), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.skipif(not TILED, reason="no AMX: the tile kernel is not built")
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_tiled_nan_and_inf_stay_in_their_row_and_column(bad):
+    x, weight, b = _operands(19, 48, 64, torch.bfloat16)
+    x = x[:, 0]
+    x[1, 7] = bad
+    weight[5, 40] = float("nan")
+    tiled = cl.tiled_calls
+    out = torch.ops.ascendtile.cpu_linear(x, weight, None, b, _tiles(weight))
+    assert cl.tiled_calls == tiled + 1
+    assert out[1].isinf().logical_or(out[1].isnan()).all() and out[:, 5].isnan().all()
+    others = torch.cat([out[:1], out[2:]])
+    assert others[:, :5].isfinite().all() and others[:, 6:].isfinite().all()
+    torch.testing.assert_close(out.double(), _product(x, weight, b), rtol=1e-2, atol=1e-2, equal_nan=True)
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda a: {**a, "tiles": a["tiles"][:2]}, r"^tiles: expected a contiguous torch.bfloat16 \(3, 2, 16, 16, 2\)"),
+    (lambda a: {**a, "tiles": a["tiles"].float()}, r"^tiles: expected .* got torch.float32"),
+    (lambda a: {**a, "tiles": a["tiles"].transpose(2, 3)}, r"^tiles: expected a contiguous .* with strides"),
+    (lambda a: {**a, "weight": a["weight"].float(), "x": a["x"].float()}, "^tiles: only for a bf16 weight"),
+    (lambda a: {**a, "weight": a["weight"][:40]}, r"^tiles: only for a bf16 weight .* \(40, 64\)"),
+])
+def test_bad_tiles_name_the_argument(change, match):
+    weight = torch.randn(48, 64).bfloat16()
+    args = dict(x=torch.randn(4, 64).bfloat16(), weight=weight, packed=None, bias=None, tiles=_tiles(weight))
+    with pytest.raises(ValueError, match=match):
+        torch.ops.ascendtile.cpu_linear(**change(args))
+
+
 @pytest.mark.parametrize("rows", [2, 11])
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
 def test_nan_and_inf_stay_in_their_row_and_column(bad, rows):
@@ -149,6 +237,9 @@ def test_not_loaded_says_so():
 def test_fake_impl_and_schema():
     x, weight, b = _operands(2, 24, 32, torch.float32)
     torch.library.opcheck(torch.ops.ascendtile.cpu_linear.default, (x, weight, None, b),
+                          test_utils=("test_schema", "test_faketensor"))
+    x, weight, b = _operands(5, 32, 64, torch.bfloat16)
+    torch.library.opcheck(torch.ops.ascendtile.cpu_linear.default, (x[:, 0], weight, None, b, _tiles(weight)),
                           test_utils=("test_schema", "test_faketensor"))
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import copy
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
@@ -36,6 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import ascendtile.ops as ak
+from ascendtile.huge_pages import huge_page_zeros
 from ascendtile.ops.reference.w4a16 import dequantize_w4a16
 from ascendtile.ops.w4a16 import check_group_size
 from ascendtile.model.layers.int4pack import Int4Pack, in_guarded_graph, pack_int4
@@ -85,10 +87,12 @@ class PackedWeight:
     """A weight reordered for oneDNN, valid while `source` is the same tensor at the same version
     (version None: an inference tensor, which has no version counter). A compiled graph cannot read
     version counters: only CPU level 2's decode graph (int4pack.in_guarded_graph) takes the pack,
-    the one prepack() made, as an Int4Pack there."""
+    the one prepack() made, as an Int4Pack there. `tiles`: the bf16 weight [N, K] also in the
+    order of cpu_linear's AMX tile kernel, [N / 16, K / 32, 16, 16, 2] (with_tiles), or None."""
     source: torch.Tensor
     version: int | None
     packed: torch.Tensor
+    tiles: torch.Tensor | None = None
 
     def usable_for(self, weight: torch.Tensor, x: torch.Tensor) -> bool:
         if torch.compiler.is_compiling():
@@ -97,16 +101,32 @@ class PackedWeight:
             current = self.version is None or weight._version == self.version
         return current and weight is self.source and x.device.type == "cpu"
 
+    def with_tiles(self) -> PackedWeight:
+        """This pack with the weight in tile order added (tiles): what CPU level 2's decode graph
+        multiplies bf16 batches on, on an AMX CPU (compilation/compiled_model.py). Block j of 16
+        outputs holds, per 32 inputs, 16 rows of pairs: tiles[j, c, p, i] = weight[16 j + i,
+        32 c + 2 p : 32 c + 2 p + 2], the layout of AMX's right operand. On huge pages, as the
+        weights are (huge_pages.py): the kernel streams them. Unchanged where the weight is not
+        bf16 or not of whole 16 x 32 tiles."""
+        n, k = self.source.shape
+        if self.source.dtype != torch.bfloat16 or n % 16 or k % 32:
+            return self
+        tiles = huge_page_zeros((n // 16, k // 32, 16, 16, 2), torch.bfloat16, self.source.device)
+        tiles.copy_(self.source.detach().view(n // 16, 16, k // 32, 16, 2).permute(0, 2, 3, 1, 4))
+        return dataclasses.replace(self, tiles=tiles)
+
     def traced_tensors(self) -> tuple[torch.Tensor, ...]:
-        """What CPU level 2's decode graph takes as inputs (onednn_linear): it traces every input
-        dim dynamic, and sizes of the pack's own would add two symbols per linear and double that
-        graph's compile, so the compile marks these static (compilation/compiled_model.py)."""
-        return (self.packed,)
+        """What CPU level 2's decode graph takes as inputs (onednn_linear, cpu_linear): it traces
+        every input dim dynamic, and sizes of the pack's own would add symbols per linear and
+        double that graph's compile, so the compile marks these static
+        (compilation/compiled_model.py)."""
+        return (self.packed,) if self.tiles is None else (self.packed, self.tiles)
 
     def __deepcopy__(self, memo: dict) -> PackedWeight | None:
         # oneDNN's opaque tensor has no storage to copy: pack the copied weight (memo makes it the
-        # copy's own parameter) so a deep-copied model keeps its fast path.
-        return pack_weight(copy.deepcopy(self.source, memo))
+        # copy's own parameter) so a deep-copied model keeps its fast path, tiles included.
+        packed = pack_weight(copy.deepcopy(self.source, memo))
+        return packed.with_tiles() if packed is not None and self.tiles is not None else packed
 
 
 def pack_weight(weight: torch.Tensor) -> PackedWeight | None:
@@ -148,10 +168,11 @@ _few_rows_op: contextvars.ContextVar[Callable | None] = contextvars.ContextVar("
 
 @contextlib.contextmanager
 def few_rows_kernel(op: Callable) -> Iterator[None]:
-    """Within it, eager float products (float_linear) call op(x, weight, packed copy or None, bias),
-    an op of `torch.ops.ascendtile.cpu_linear`'s signature, instead of choosing themselves. A caller
-    that knows the op serves its products sets it: compilation/compiled_model.py around the LM head
-    of a few rows, where the op's C++ kernel reads the weight once at close to the memory's speed."""
+    """Within it, eager float products (float_linear) call op(x, weight, packed copy or None, bias,
+    tiles or None), an op of `torch.ops.ascendtile.cpu_linear`'s signature, instead of choosing
+    themselves. A caller that knows the op serves its products sets it: compilation/compiled_model.py
+    around the LM head of a few rows, where the op's C++ kernel reads the weight once at close to
+    the memory's speed."""
     token = _few_rows_op.set(op)
     try:
         yield
@@ -176,13 +197,16 @@ def float_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     constants (compilation/freeze.py).
 
     CPU level 2's decode graph (int4pack.in_guarded_graph) calls the packed copy through
-    onednn_linear: that graph is not frozen, and Inductor lowers F.linear to aten's matmul.
+    onednn_linear: that graph is not frozen, and Inductor lowers F.linear to aten's matmul. A pack
+    with tiles (PackedWeight.with_tiles) traces as cpu_linear over them instead.
     Within few_rows_kernel, an eager product calls that context's op."""
     current = packed is not None and packed.usable_for(weight, x)
     few_rows_op = None if torch.compiler.is_compiling() else _few_rows_op.get()  # Dynamo cannot trace get()
     if few_rows_op is not None:
-        return few_rows_op(x, weight, packed.packed if current else None, bias)
+        return few_rows_op(x, weight, packed.packed if current else None, bias, packed.tiles if current else None)
     if current:
+        if torch.compiler.is_compiling() and packed.tiles is not None:
+            return torch.ops.ascendtile.cpu_linear.default(x, weight, packed.packed, bias, packed.tiles)
         if torch.compiler.is_compiling():
             return torch.ops.ascendtile.onednn_linear.default(x, weight, packed.packed, bias)
         return onednn_linear(x, weight, packed.packed, bias)
