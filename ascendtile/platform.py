@@ -102,12 +102,6 @@ def cpu_has_bf16_dot() -> bool:
     return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
 
 
-def cpu_has_amx() -> bool:
-    """AMX tiles (Intel Sapphire Rapids and later; bf16 and int8 with them): where Inductor's CPP
-    GEMM template multiplies bf16 through AMX micro-kernels (compilation/compiled_model.py)."""
-    return torch.cpu._is_amx_tile_supported()
-
-
 def cpu_has_int8_dot() -> bool:
     """int8 dot products in hardware (AVX-512 VNNI or AMX): where torch._int_mm beats fp32."""
     return torch.cpu._is_vnni_supported() or torch.cpu._is_amx_tile_supported()

@@ -14,7 +14,7 @@ from ascendtile.compilation import CompilationConfig, CompiledModel, compile_mod
 from ascendtile.compilation.backend import AscendBackend
 from ascendtile.compilation.config import default_cache_dir
 from ascendtile.cpu import decode_attention as cpu_decode_attention
-from ascendtile.cpu import dispatch
+from ascendtile.cpu import build, dispatch
 from ascendtile.cpu import linear as cpu_linear
 from ascendtile.cpu import reshape_and_cache_flash as cpu_reshape_and_cache_flash
 from ascendtile.cpu import rotary_embedding as cpu_rotary_embedding
@@ -22,7 +22,6 @@ from ascendtile.cpu import unified_attention as cpu_unified_attention
 from ascendtile.model import load_model
 from ascendtile.model.layers import int4pack
 from ascendtile.model.layers import linear as linear_module
-from ascendtile.platform import cpu_has_amx
 from ascendtile.runtime import LLM, SamplingParams
 from compilation import tiny
 from model.helpers import save_tiny
@@ -331,7 +330,7 @@ def test_bf16_decode_graph_on_amx_multiplies_on_tiles(tiny_dir, monkeypatch):
             assert step_a[token] == pytest.approx(step_b[token], abs=1e-3)
 
 
-@pytest.mark.skipif(not cpu_has_amx(), reason="no AMX: the prefill attention multiplies on vectors")
+@pytest.mark.skipif(not build.amx_flags(), reason="no AMX: the prefill attention multiplies on vectors")
 @pytest.mark.slow  # two bf16 LLMs at level 2
 def test_bf16_prefill_attention_on_amx_tiles_gives_the_vector_kernels_tokens(tmp_path, monkeypatch):
     """On an AMX CPU the general graph's attention of a bf16 Llama with heads of 32 runs on AMX tiles
