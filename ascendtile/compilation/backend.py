@@ -83,10 +83,12 @@ class AscendBackend:
         # oneDNN-packed weights, which torch cannot pickle: its FX graph cache bypasses it. The
         # cache keys are the same in every process (cache_key.py).
         # A decode graph calls its ~300 kernels and ops a step from Inductor's C++ wrapper instead of
-        # its Python one: a bf16 SmolLM2 step at batch 32 took 34.7 against 37.7 ms (one process,
-        # 11 alternated rounds), built in 76 against 69 s (bench/results/2026-11-30-amx-tile-linear.md).
-        with temporary_cache_dir(self.config.cache_dir), \
-                inductor_config.patch(freezing=freeze, cpp_wrapper=self.decode), memory_formats_by_name():
+        # its Python one, the wrapper built apart from the kernels: built with them, at -O3 in one
+        # file, SmolLM2's compiles took 255-307 s against 66-135 s. A bf16 SmolLM2 step at batch 32,
+        # one process, alternated rounds: 32.6 against 34.5 ms, built in 162 against 174 s from empty
+        # caches (bench/results/2026-11-30-amx-tile-linear.md).
+        with temporary_cache_dir(self.config.cache_dir), memory_formats_by_name(), \
+                inductor_config.patch(freezing=freeze, cpp_wrapper=self.decode, cpp_wrapper_build_separate=self.decode):
             compiled = compile_fx(gm, example_inputs)
         return compiled if kept is None else taking_kept_inputs(compiled, kept)
 

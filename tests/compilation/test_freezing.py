@@ -3,7 +3,8 @@ forward into a constant (a probe on the call that does it) and packs every linea
 counter); the KV caches stay inputs, so caches reallocated after the trace are the ones written;
 the logits equal eager; and the frozen graph bypasses Inductor's FX graph cache (torch cannot
 pickle oneDNN-packed weights). Without bf16 dot products, frozen bf16 linears are widened to fp32
-and packed too. Level 3's pieces are not frozen: test_cache.py."""
+and packed too. CPU level 2's decode graph is not frozen, and takes Inductor's C++ wrapper. Level
+3's pieces are not frozen: test_cache.py."""
 from collections import Counter
 from types import SimpleNamespace
 
@@ -87,6 +88,29 @@ def test_kv_caches_stay_inputs(level_2):
 def test_frozen_graph_bypasses_the_fx_graph_cache(level_2):
     assert level_2.inductor["fxgraph_cache_bypass"] >= 1
     assert not level_2.inductor["fxgraph_cache_hit"] and not level_2.inductor["fxgraph_cache_miss"]
+
+
+def test_decode_graphs_take_the_cpp_wrapper_built_apart_not_freezing(monkeypatch, tmp_path):
+    """Inductor's config as compile_fx sees it: a decode graph (CompiledModel's, CPU level 2) with
+    the C++ wrapper built apart from its kernels and its weights as inputs; the general graph with
+    the Python wrapper, frozen."""
+    import torch._inductor.compile_fx as compile_fx_module
+    import torch._inductor.config as inductor_config
+
+    from ascendtile.compilation.backend import AscendBackend
+
+    seen = []
+
+    def spying_compile_fx(gm, example_inputs):
+        seen.append((inductor_config.cpp_wrapper, inductor_config.cpp_wrapper_build_separate, inductor_config.freezing))
+        return gm.forward
+
+    monkeypatch.setattr(compile_fx_module, "compile_fx", spying_compile_fx)
+    inputs = [torch.randn(3, 48), torch.nn.Parameter(torch.randn(40, 48), requires_grad=False)]
+    config = CompilationConfig(level=2, cache_dir=str(tmp_path))
+    for decode in (True, False):
+        AscendBackend(config, "cpu", decode=decode)(_linear_graph(False), inputs)
+    assert seen == [(True, True, False), (False, False, True)]
 
 
 def _linear_graph(bias: bool) -> fx.GraphModule:
