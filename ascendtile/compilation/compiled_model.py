@@ -30,9 +30,9 @@ variant's later steps call the bytecode of the entry that served it, with no gua
 On a CPU with AMX, a bf16 model's oneDNN packs also get their weights in tile order
 (PackedWeight.with_tiles, on huge pages), and the decode graph traces its linears as cpu_linear calls
 over them: the op's tile kernel multiplies products of 3 to 64 rows on AMX, streaming the tiles at
-close to the memory's speed (SmolLM2's 120 layer products at 32 bf16 rows, one process: 11.0
-against 13.2 ms for Inductor's CPP GEMM template over frozen weights on huge pages, the 49,152 ×
-576 head 2.2 against 3.3; a bf16 decode step at batch 32, 37.4 against 45.2 ms;
+close to the memory's speed (SmolLM2's 120 layer products at 32 bf16 rows, one process: 11.7
+against 12.9 ms for Inductor's CPP GEMM template over frozen weights on huge pages, the 49,152 ×
+576 head 2.4 against 3.2; a bf16 decode step at batch 32, 37.4 against 45.2 ms;
 bench/results/2026-11-30-amx-tile-linear.md). The tiles hold the weights' bytes once more; the
 frozen template's copies did too, and took a longer compile (Inductor times each product shape's
 kernels). fp32 models keep their weights as inputs: through the template their decode steps at
@@ -156,11 +156,10 @@ class CompiledModel:
         """The wrapped model's logits. With CPU level 2's decode graph, a head product of the rows
         cpu_linear's C++ kernel takes (rows_served: single stream and two sequences; fp32 decode
         batches on an AVX-512 CPU; bf16 ones over the head's tiles on an AMX CPU) runs there, as
-        the decode graph's linears do: it reads the
-        head's weight once at close to the memory's speed, where oneDNN's packed copy or aten read
-        it slower (SmolLM2's 49,152 × 576 head, 2 threads, AVX2 EPYC, 2026-11-29: fp32 1 row 8.2–8.7
-        against 10.2 ms, bf16 1 row 3.8–3.9 against 6.0–6.3, 2 rows 2.6–3.5 against 8.2–10.3;
-        bench/results/2026-11-29-few-rows-head.md)."""
+        the decode graph's linears do: it reads the head's weight once at close to the memory's
+        speed, where oneDNN's packed copy or aten read it slower (SmolLM2's 49,152 × 576 head, 2
+        threads, AVX2 EPYC, 2026-11-29: fp32 1 row 8.2–8.7 against 10.2 ms, bf16 1 row 3.8–3.9
+        against 6.0–6.3, 2 rows 2.6–3.5 against 8.2–10.3; bench/results/2026-11-29-few-rows-head.md)."""
         if hidden.shape[0] <= cpu_linear.rows_served(hidden.dtype) and self._few_rows_head():
             with few_rows_kernel(torch.ops.ascendtile.cpu_linear.default):
                 return self.model.compute_logits(hidden)

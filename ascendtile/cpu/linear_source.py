@@ -28,9 +28,9 @@ fp16 keeps oneDNN's dot products past 2 rows, and so does bf16 except on AMX.
 
 In a build with AMX (build.AMX_FLAGS, amx_source.py), bf16 products of 3 to MAX_ROWS rows over the
 weight's tiles run the tile kernel (below): the weight bytes are read once, in order, and the
-arithmetic is a small part of the time. Over SmolLM2's 120 layer products at 32 rows it took 11.0
-against 13.2 ms for Inductor's AMX GEMM template over frozen weights, both on huge pages, and 2.2
-against 3.3 ms for the 49,152 x 576 head (2 threads, Intel Xeon with AMX, one process;
+arithmetic is a small part of the time. Over SmolLM2's 120 layer products at 32 rows it took 11.7
+against 12.9 ms for Inductor's AMX GEMM template over frozen weights, both on huge pages, and 2.4
+against 3.2 ms for the 49,152 x 576 head (2 threads, Intel Xeon with AMX, one process;
 bench/results/2026-11-30-amx-tile-linear.md)."""
 
 from ascendtile.cpu.amx_source import SOURCE as AMX
