@@ -42,7 +42,7 @@ def load(cache_dir: str, dtypes: list[torch.dtype]) -> bool:
     flags = build.amx_flags() or build.avx512_flags()  # AMX_FLAGS hold AVX-512F too
     if not dispatch.load_op("cpu_linear", SOURCE, cache_dir, _ARGTYPES, [(dtype,) for dtype in dtypes], _kernels, flags):
         return False
-    dispatch.set_linear_kernels(wide=bool(flags), tiled=bool(build.amx_flags()))
+    dispatch.set_linear_kernels(wide=bool(flags), tiled=tiles_served())
     return True
 
 

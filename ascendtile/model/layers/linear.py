@@ -205,9 +205,9 @@ def float_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     if few_rows_op is not None:
         return few_rows_op(x, weight, packed.packed if current else None, bias, packed.tiles if current else None)
     if current:
-        if torch.compiler.is_compiling() and packed.tiles is not None:
-            return torch.ops.ascendtile.cpu_linear.default(x, weight, packed.packed, bias, packed.tiles)
         if torch.compiler.is_compiling():
+            if packed.tiles is not None:
+                return torch.ops.ascendtile.cpu_linear.default(x, weight, packed.packed, bias, packed.tiles)
             return torch.ops.ascendtile.onednn_linear.default(x, weight, packed.packed, bias)
         return onednn_linear(x, weight, packed.packed, bias)
     if (x.dtype == torch.bfloat16 and x.device.type == "cpu" and not torch.compiler.is_compiling()
