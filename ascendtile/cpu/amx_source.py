@@ -33,9 +33,11 @@ struct TileConfig {
   uint8_t rows[16] = {};
 };
 
-static inline void amx_configure() {
+// every tile 16 rows of 64 bytes, except the tiles in the bit mask `short_tiles`, which hold
+// `short_rows` rows (a product's last m tile and its accumulators, linear_source.py)
+static inline void amx_configure(unsigned short_tiles = 0, int short_rows = 16) {
   TileConfig config;
-  for (int t = 0; t < 8; ++t) { config.colsb[t] = 64; config.rows[t] = 16; }
+  for (int t = 0; t < 8; ++t) { config.colsb[t] = 64; config.rows[t] = short_tiles >> t & 1 ? short_rows : 16; }
   _tile_loadconfig(&config);
 }
 

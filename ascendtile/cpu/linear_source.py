@@ -196,14 +196,10 @@ static void wide_product(float* out, const float* x, const float* w, const float
 #include <omp.h>
 constexpr int64_t TILE_AHEAD = 4096;
 
+// the last m tile's x tile and accumulators (tile_groups' registers) hold last_rows rows
 static void tile_configure(int mt, int last_rows) {
-  TileConfig config;
-  for (int t = 0; t < 8; ++t) { config.colsb[t] = 64; config.rows[t] = 16; }
-  // the last m tile's x tile and accumulators (tile_groups' registers) hold last_rows rows
-  if (mt == 1) for (int t : {0, 1, 2, 3, 4}) config.rows[t] = last_rows;
-  else if (mt == 2) for (int t : {1, 3, 5}) config.rows[t] = last_rows;
-  else config.rows[7] = config.rows[mt - 1] = last_rows;
-  _tile_loadconfig(&config);
+  const unsigned short_tiles = mt == 1 ? 0b11111u : mt == 2 ? 0b101010u : (1u << 7 | 1u << (mt - 1));
+  amx_configure(short_tiles, last_rows);
 }
 
 // accumulator `acc` (m tile t times output block `block`) + bias -> out, the tile's first `rows` rows
