@@ -21,6 +21,7 @@ import torch
 from transformers import LlamaConfig
 
 import ascendtile
+from ascendtile.cpu import dispatch
 from ascendtile.model import load_model
 from ascendtile.runtime import LLM, SamplingParams
 from embedded import GEMMA3
@@ -139,6 +140,9 @@ def test_torchrun_ranks_generate_the_tp1_tokens_and_count_collectives_at_every_l
            json.dumps(LEVELS)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")]),
            "ASCENDTILE_CACHE_DIR": str(tmp_path / "cache")}
+    # The ops library in the ranks' cache_dir (copied from this process's, or built here once):
+    # each rank found none and built its own, ~25 s of CPU between them on a 2-core AVX2 EPYC.
+    dispatch.library(str(tmp_path / "cache" / "compile"))  # config.default_cache_dir() there
     launcher = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True)  # its own process group: a timeout kills every rank
     try:
