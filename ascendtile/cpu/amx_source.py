@@ -3,7 +3,8 @@ attention (unified_attention_source.py) runs its scores and values through when 
 built with build.AMX_FLAGS. It follows vector_source.py's prelude and defines ASCENDTILE_AMX only
 when the compiler targets AMX-BF16 and AVX-512 BF16.
 
-Every tile is configured as 16 rows of 64 bytes: 16 x 32 bf16 for a left operand, 16 pairs of rows
+Every tile is configured as 16 rows of 64 bytes (amx_configure can make some shorter, as
+linear_source.py does for a product's last rows): 16 x 32 bf16 for a left operand, 16 pairs of rows
 x 16 columns for a right one (AMX's VNNI layout: each 32-bit element holds the bf16 of two
 consecutive rows of the same column), 16 x 16 fp32 for an accumulator. Tiles 0-3 accumulate, 4
 and 5 hold left operands, 6 and 7 the right. A thread loads the configuration before its first tile

@@ -116,15 +116,15 @@ def test_tiled_rows_match_the_fp64_product(rows, n, k, bias):
 
 
 @pytest.mark.parametrize("rows, tiled", [(1, False), (2, False), (cl.MAX_ROWS + 1, False), (3, True)])
-def test_tiles_serve_only_the_rows_between(rows, tiled):
+def test_tiles_serve_only_the_rows_between(rows, tiled, monkeypatch):
     """1 and 2 rows take the few-row kernel, more than MAX_ROWS onednn_linear (the packed copy), and
     so do the rows between where the library has no tile kernel (an AVX2 or AVX-512 CPU without
     AMX: dispatch.set_linear_kernels)."""
     x, weight, b = _operands(rows, 64, 96, torch.bfloat16)
-    # the copy pack_weight makes: bf16 where the CPU has bf16 dot products, else widened to fp32
-    # (oneDNN refuses a bf16 reorder on AVX2)
-    source = weight.contiguous() if model_linear.cpu_has_bf16_dot() else weight.float()
-    pack = torch.ops.mkldnn._reorder_linear_weight(source, 32)
+    # the model's copy (bf16, or fp32 on a CPU without bf16 dot products, where oneDNN refuses a
+    # bf16 reorder), for a weight below the packing bound
+    monkeypatch.setattr(model_linear, "ONEDNN_MIN_WEIGHT_ELEMENTS", 0)
+    pack = model_linear.pack_weight(weight.contiguous()).packed
     for served in {TILED, False}:
         dispatch.set_linear_kernels(wide=cl.rows_served(torch.float32) > cl.FEW_ROWS, tiled=served)
         try:
