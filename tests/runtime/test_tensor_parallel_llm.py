@@ -21,6 +21,7 @@ import torch
 from transformers import LlamaConfig
 
 import ascendtile
+from ascendtile.compilation.config import default_cache_dir
 from ascendtile.cpu import dispatch
 from ascendtile.model import load_model
 from ascendtile.runtime import LLM, SamplingParams
@@ -128,7 +129,7 @@ def test_unsplittable_heads_fail_the_start_naming_the_field(tmp_path):
 
 
 @pytest.mark.slow
-def test_torchrun_ranks_generate_the_tp1_tokens_and_count_collectives_at_every_level(tiny, tmp_path):
+def test_torchrun_ranks_generate_the_tp1_tokens_and_count_collectives_at_every_level(tiny, tmp_path, monkeypatch):
     """Two ranks launched by torchrun, each calling LLM(..., tensor_parallel_size=2).generate on the
     same prompts, run in-process as their rank (no spawned workers) and get the TP=1 tokens, eagerly
     and at compilation levels 2 and 3 (one compile each); the compiled graphs count the collectives'
@@ -138,11 +139,11 @@ def test_torchrun_ranks_generate_the_tp1_tokens_and_count_collectives_at_every_l
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            str(Path(__file__).with_name("torchrun_generate.py")), tiny, str(tmp_path), json.dumps(PROMPTS), "8",
            json.dumps(LEVELS)]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")]),
-           "ASCENDTILE_CACHE_DIR": str(tmp_path / "cache")}
+    monkeypatch.setenv("ASCENDTILE_CACHE_DIR", str(tmp_path / "cache"))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
     # The ops library in the ranks' cache_dir (copied from this process's, or built here once):
     # each rank found none and built its own, ~25 s of CPU between them on a 2-core AVX2 EPYC.
-    dispatch.library(str(tmp_path / "cache" / "compile"))  # config.default_cache_dir() there
+    dispatch.library(default_cache_dir())
     launcher = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True)  # its own process group: a timeout kills every rank
     try:
