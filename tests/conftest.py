@@ -1,6 +1,9 @@
 import os
 import shutil
 import tempfile
+from pathlib import Path
+
+import cxx_cache
 
 # ASCENDTILE_TEST_DEVICE=cuda (`make test-cuda`) makes an NVIDIA GPU torch's default device: the
 # tests' tensors live there and the kernels run compiled by upstream triton, against the references
@@ -18,6 +21,17 @@ os.environ.setdefault("TRITON_INTERPRET", "1" if TEST_DEVICE == "cpu" else "0")
 # tests another worker happened to run first (the cost: workers do not share compiled graphs).
 SESSION_CACHE_DIR = tempfile.mkdtemp(prefix="ascendtile-test-cache-")
 os.environ["ASCENDTILE_CACHE_DIR"] = SESSION_CACHE_DIR
+
+# Those per-process cache_dirs, and the tests' own empty ones, would each build their C++ (Inductor's
+# kernels, our CPU libraries) again: the whole run, pytest-xdist's workers and the processes the
+# tests start, compiles through one wrapper that builds each distinct compile once (cxx_cache.py).
+# The process that installs it (the controller under xdist) removes it at the end.
+_REAL_CXX = shutil.which(os.environ.get("CXX", "g++"))
+CXX_WRAPPER_DIR = None
+if cxx_cache.DIR_VARIABLE not in os.environ and _REAL_CXX:
+    CXX_WRAPPER_DIR = tempfile.mkdtemp(prefix="ascendtile-test-cxx-")
+    os.environ["CXX"] = str(cxx_cache.install(Path(CXX_WRAPPER_DIR), _REAL_CXX))
+    os.environ[cxx_cache.DIR_VARIABLE] = CXX_WRAPPER_DIR
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -37,6 +51,8 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
 
 def pytest_unconfigure(config):
     shutil.rmtree(SESSION_CACHE_DIR, ignore_errors=True)
+    if CXX_WRAPPER_DIR:
+        shutil.rmtree(CXX_WRAPPER_DIR, ignore_errors=True)
 
 
 def pytest_runtest_setup(item):
