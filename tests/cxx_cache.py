@@ -48,14 +48,17 @@ def install(directory: Path, real: str) -> Path:
     return wrapper
 
 
-def compile_key(args: list[str]) -> str | None:
-    """The key of a compile that writes an object or library with -o, else None."""
+def stored_output(args: list[str]) -> int | None:
+    """The index of the output path of a compile that writes one object or library with -o, else None."""
     outputs = [i + 1 for i, arg in enumerate(args[:-1]) if arg == "-o"]
-    if len(outputs) != 1 or not args[outputs[0]].endswith((".so", ".o")):
-        return None
+    return outputs[0] if len(outputs) == 1 and args[outputs[0]].endswith((".so", ".o")) else None
+
+
+def compile_key(args: list[str], output: int) -> str:
+    """The key of the compile whose output path is args[output]."""
     digest = hashlib.sha256()
     for i, arg in enumerate(args):
-        if i == outputs[0]:
+        if i == output:
             continue
         # a source or object by its contents, wherever it lies; any other argument as it is
         digest.update(hashlib.sha256(Path(arg).read_bytes()).digest() if os.path.isfile(arg) else arg.encode())
@@ -65,10 +68,10 @@ def compile_key(args: list[str]) -> str | None:
 
 def main(args: list[str]) -> int:
     real, store = os.environ[REAL_VARIABLE], Path(os.environ[STORE_VARIABLE])
-    key = compile_key(args)
-    if key is None:
+    index = stored_output(args)
+    if index is None:
         return subprocess.run([real, *args]).returncode
-    output = Path(args[args.index("-o") + 1])
+    key, output = compile_key(args, index), Path(args[index])
     stored = store / key
     # one build of a key at a time: a process asking for one that another is building (two
     # tensor-parallel ranks compiling the same graph) waits for it and copies it

@@ -33,10 +33,15 @@ def wrapper(tmp_path) -> tuple[Path, Path]:
     return cxx_cache.install(tmp_path / "wrapper", str(real)), count
 
 
-def compile_in(wrapper: Path, where: Path, source: str, *flags: str, output: str = "lib.so") -> int:
+def compile_command(wrapper: Path, where: Path, source: str, *flags: str, output: str = "lib.so") -> list[str]:
+    """The wrapper's command compiling `source`, written to where/k.cpp, into where/output."""
     where.mkdir(parents=True, exist_ok=True)
     (where / "k.cpp").write_text(source)
-    return subprocess.run([str(wrapper), str(where / "k.cpp"), *flags, "-o", str(where / output)]).returncode
+    return [str(wrapper), str(where / "k.cpp"), *flags, "-o", str(where / output)]
+
+
+def compile_in(wrapper: Path, where: Path, source: str, *flags: str, output: str = "lib.so") -> int:
+    return subprocess.run(compile_command(wrapper, where, source, *flags, output=output)).returncode
 
 
 def runs(count: Path) -> int:
@@ -56,12 +61,8 @@ def test_an_identical_compile_elsewhere_is_a_copy(wrapper, tmp_path):
 
 def test_a_compile_asked_for_while_it_builds_waits_and_copies(wrapper, tmp_path):
     cxx, count = wrapper
-    started = []
-    for where in ("a", "b"):
-        (tmp_path / where).mkdir()
-        (tmp_path / where / "k.cpp").write_text("int f();")
-        started.append(subprocess.Popen([str(cxx), str(tmp_path / where / "k.cpp"), "-o", str(tmp_path / where / "lib.so")],
-                                        env={**os.environ, "SLOW": "1"}))
+    started = [subprocess.Popen(compile_command(cxx, tmp_path / where, "int f();"), env={**os.environ, "SLOW": "1"})
+               for where in ("a", "b")]
     assert [p.wait() for p in started] == [0, 0] and runs(count) == 1
     assert (tmp_path / "a" / "lib.so").read_text() == (tmp_path / "b" / "lib.so").read_text() == "int f();"
 
