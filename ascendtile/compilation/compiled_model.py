@@ -37,8 +37,8 @@ bench/results/2026-11-30-amx-tile-linear.md). The tiles hold the weights' bytes 
 frozen template's copies did too, and took a longer compile (Inductor times each product shape's
 kernels). fp32 models keep their weights as inputs: through the template their decode steps at
 batch 32 took 88.7-97.9 against oneDNN's 71.8-83.9 ms
-(bench/results/2026-11-29-amx-prefill-attention.md), and on a CPU with AVX-512 cpu_linear's wide
-kernel takes their products of 4 to 64 rows.
+(bench/results/2026-11-29-amx-prefill-attention.md), and on an x86 CPU with AVX2 or AVX-512
+cpu_linear's wide kernel takes their products of 4 to 64 rows (AVX2: 32).
 """
 from __future__ import annotations
 
@@ -155,7 +155,7 @@ class CompiledModel:
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The wrapped model's logits. With CPU level 2's decode graph, a head product of the rows
         cpu_linear's C++ kernel takes (rows_served: single stream and two sequences; fp32 decode
-        batches on an AVX-512 CPU; bf16 ones over the head's tiles on an AMX CPU) runs there, as
+        batches on an x86 CPU with AVX2 or AVX-512; bf16 ones over the head's tiles on an AMX CPU) runs there, as
         the decode graph's linears do: it reads the head's weight once at close to the memory's
         speed, where oneDNN's packed copy or aten read it slower (SmolLM2's 49,152 × 576 head, 2
         threads, AVX2 EPYC, 2026-11-29: fp32 1 row 8.2–8.7 against 10.2 ms, bf16 1 row 3.8–3.9

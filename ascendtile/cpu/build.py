@@ -39,11 +39,15 @@ DTYPES = tuple(C_TYPES)
 compiler_runs = 0  # compiles this process started (a cached library is loaded without one)
 
 
+def x86_vectors() -> bool:
+    """Whether libraries are built with X86_VECTOR_FLAGS here: x86 CPUs whose ATen kernels are AVX2
+    or AVX-512 builds."""
+    return platform.machine() in ("x86_64", "AMD64") and torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
+
+
 def compile_flags() -> tuple[str, ...]:
-    """The compiler flags for this machine: BASE_FLAGS, plus X86_VECTOR_FLAGS where ATen runs AVX2 or
-    AVX-512 kernels."""
-    vector = platform.machine() in ("x86_64", "AMD64") and torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
-    return BASE_FLAGS + (X86_VECTOR_FLAGS if vector else ())
+    """The compiler flags for this machine: BASE_FLAGS, plus X86_VECTOR_FLAGS where x86_vectors()."""
+    return BASE_FLAGS + (X86_VECTOR_FLAGS if x86_vectors() else ())
 
 
 # a kernel with 512-bit vectors (linear_source.py's wide kernel), on CPUs with AVX-512F

@@ -60,7 +60,7 @@ def library(cache_dir: str) -> ctypes.CDLL | None:
             _library.ascendtile_set_linear.argtypes = [ctypes.c_int, ctypes.c_void_p]
             _library.ascendtile_set_rotary_embedding.argtypes = [ctypes.c_int, ctypes.c_void_p]
             _library.ascendtile_set_linear_max_rows.argtypes = [ctypes.c_int64]
-            _library.ascendtile_set_linear_kernels.argtypes = [ctypes.c_int, ctypes.c_int]
+            _library.ascendtile_set_linear_kernels.argtypes = [ctypes.c_int64, ctypes.c_int]
             _library.ascendtile_calls.argtypes, _library.ascendtile_calls.restype = [ctypes.c_char_p], ctypes.c_int64
     return _library
 
@@ -110,13 +110,15 @@ def set_linear_max_rows(rows: int) -> None:
     _loaded().ascendtile_set_linear_max_rows(rows)
 
 
-def set_linear_kernels(wide: bool, tiled: bool) -> None:
+def set_linear_kernels(wide_rows: int, tiled: bool) -> None:
     """Which of linear_source.py's kernels for more than FEW_ROWS rows cpu_linear's loaded library
-    holds: the wide one (fp32 products of WIDE_MIN_ROWS to MAX_ROWS rows, AVX-512 builds) and the
-    tile one (bf16 products of up to MAX_ROWS rows over a weight's tiles, AMX builds), so that the
-    body sends them those products and sends them on otherwise. Loaded library only; linear.load
-    sets it."""
-    _loaded().ascendtile_set_linear_kernels(int(wide), int(tiled))
+    serves: the wide one for fp32 products of WIDE_MIN_ROWS to `wide_rows` rows (at most MAX_ROWS;
+    0: none; linear.wide_rows) and the tile one (bf16 products of up to MAX_ROWS rows over a
+    weight's tiles, AMX builds), so that the body sends them those products and sends them on
+    otherwise. Loaded library only; linear.load sets it."""
+    if not 0 <= wide_rows <= MAX_ROWS:
+        raise ValueError(f"wide_rows: at most the kernel's {MAX_ROWS}, got {wide_rows}")
+    _loaded().ascendtile_set_linear_kernels(wide_rows, int(tiled))
 
 
 def calls(op: str) -> int:

@@ -50,7 +50,7 @@ std::atomic<RopeFn> rope_kernels[3];
 std::atomic<int64_t> decode_calls{0}, decode_dot_calls{0}, unified_calls{0}, unified_tiled_calls{0}, linear_calls{0},
     linear_tiled_calls{0}, rope_calls{0}, kv_write_calls{0};
 std::atomic<int64_t> linear_max_rows{@LINEAR_MAX_ROWS@};  // more rows: oneDNN or aten
-std::atomic<bool> linear_wide{false};  // the loaded kernels hold the wide one (fp32, AVX-512 builds)
+std::atomic<int64_t> linear_wide_rows{0};  // the most rows the loaded wide kernel takes (fp32, x86 builds; 0: none)
 std::atomic<bool> linear_tiled{false};  // and the tile one (bf16 over a weight's tiles, AMX builds)
 
 int dtype_index(at::ScalarType t) {
@@ -213,7 +213,7 @@ at::Tensor cpu_linear(const at::Tensor& x, const at::Tensor& weight, const std::
   if (tiles) check_tiles(*tiles, weight);
   // the rows the kernels take (linear_source.py); others go where the traced call would have gone
   const int64_t bound = linear_max_rows.load();
-  const bool wide = linear_wide.load() && x.scalar_type() == at::kFloat && rows >= @LINEAR_WIDE_MIN_ROWS@;
+  const bool wide = x.scalar_type() == at::kFloat && rows >= @LINEAR_WIDE_MIN_ROWS@ && rows <= linear_wide_rows.load();
   const bool tiled = tiles && linear_tiled.load() && rows > @LINEAR_FEW_ROWS@;
   if (x.dim() == 0 || rows > bound || (rows > @LINEAR_FEW_ROWS@ && !wide && !tiled))
     return linear_elsewhere(x, weight, packed, bias);
@@ -378,8 +378,8 @@ extern "C" void ascendtile_set_rotary_embedding(int dtype, void* kernel) {
 }
 
 extern "C" void ascendtile_set_linear_max_rows(int64_t rows) { linear_max_rows = rows; }
-extern "C" void ascendtile_set_linear_kernels(int wide, int tiled) {
-  linear_wide = wide != 0;
+extern "C" void ascendtile_set_linear_kernels(int64_t wide_rows, int tiled) {
+  linear_wide_rows = wide_rows;
   linear_tiled = tiled != 0;
 }
 

@@ -7,8 +7,8 @@ graph calls otherwise (compilation/decompose.py).
   (SmolLM2's 121 linears, 30 layers' weights in turn, 2 threads, AMD EPYC with avx512_bf16,
   2026-11-28: bf16 11.2 against 13.0 ms at 1 row, 10.7 against 14.2 at 2; fp32 21.1 against 21.2
   and 21.1 against 25.0; bench/results/2026-11-28-cpu-few-rows-linear.md).
-- On a CPU with AVX-512, fp32 products of WIDE_MIN_ROWS to MAX_ROWS rows (decode batches) run the
-  wide kernel, whose reads of the weight overlap its arithmetic (linear_source.py).
+- On an x86 CPU with AVX2 or AVX-512, fp32 products of WIDE_MIN_ROWS to wide_rows() rows (decode
+  batches) run the wide kernel, whose reads of the weight overlap its arithmetic (linear_source.py).
 - On a CPU with AMX, bf16 products of more than FEW_ROWS to MAX_ROWS rows given the weight's tiles
   (layers/linear.py PackedWeight.with_tiles) run the tile kernel, which streams the tiles in order.
 
@@ -30,7 +30,7 @@ import torch
 
 from ascendtile.cpu import build, dispatch
 from ascendtile.cpu.build import DTYPES
-from ascendtile.cpu.linear_source import FEW_ROWS, MAX_ROWS, SOURCE, WIDE_MIN_ROWS  # noqa: F401 (bounds)
+from ascendtile.cpu.linear_source import FEW_ROWS, MAX_ROWS, SOURCE, WIDE_256_MAX_ROWS, WIDE_MIN_ROWS  # noqa: F401 (bounds)
 
 _ARGTYPES = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 6 + [ctypes.c_int]
 _kernels: dict[tuple[torch.dtype], ctypes._CFuncPtr] = {}  # (dtype,) -> entry point, once loaded
@@ -42,18 +42,27 @@ def load(cache_dir: str, dtypes: list[torch.dtype]) -> bool:
     flags = build.amx_flags() or build.avx512_flags()  # AMX_FLAGS hold AVX-512F too
     if not dispatch.load_op("cpu_linear", SOURCE, cache_dir, _ARGTYPES, [(dtype,) for dtype in dtypes], _kernels, flags):
         return False
-    dispatch.set_linear_kernels(wide=bool(flags), tiled=tiles_served())
+    dispatch.set_linear_kernels(wide_rows=wide_rows(), tiled=tiles_served())
     return True
 
 
 def rows_served(dtype: torch.dtype) -> int:
-    """The most rows of a product in `dtype` that the kernel takes on this CPU: MAX_ROWS for fp32
-    where the library is built with AVX-512 (the wide kernel, from WIDE_MIN_ROWS rows; the rows
-    between go on to oneDNN or aten) and for bf16 with tiles where it is built for AMX (the tile
-    kernel), else FEW_ROWS."""
-    if dtype == torch.float32 and build.avx512_flags() or dtype == torch.bfloat16 and tiles_served():
+    """The most rows of a product in `dtype` that the kernel takes on this CPU: for fp32 where the
+    library has the wide kernel its bound (wide_rows; from WIDE_MIN_ROWS rows, the rows between go
+    on to oneDNN or aten), for bf16 with tiles where it is built for AMX MAX_ROWS (the tile kernel),
+    else FEW_ROWS."""
+    if dtype == torch.float32 and wide_rows():
+        return wide_rows()
+    return MAX_ROWS if dtype == torch.bfloat16 and tiles_served() else FEW_ROWS
+
+
+def wide_rows() -> int:
+    """The most rows of the fp32 products the wide kernel takes on this CPU (0: no wide kernel): on
+    512-bit vectors (AVX-512) MAX_ROWS; on AVX2's 256-bit ones WIDE_256_MAX_ROWS, past which oneDNN
+    multiplied as fast or faster (linear_source.py)."""
+    if build.avx512_flags():
         return MAX_ROWS
-    return FEW_ROWS
+    return WIDE_256_MAX_ROWS if build.x86_vectors() else 0
 
 
 def tiles_served() -> bool:

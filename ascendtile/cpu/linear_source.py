@@ -1,6 +1,6 @@
 """The C++ source of the CPU linear (linear.py): out [M, N] = x [M, K] · weight [N, K]ᵀ (+ bias [N])
 for M of 1 or 2 rows (the few-row kernel), where the product is bound by reading the weight once,
-and, in a build with AVX-512, fp32 M of WIDE_MIN_ROWS to MAX_ROWS (the wide kernel, below).
+and fp32 M of WIDE_MIN_ROWS to MAX_ROWS (the wide kernel, below).
 
 A tile is 8 fp32 accumulators: M rows × 8 / M outputs, so each 16-element chunk of a weight row is
 widened once for both rows. The x rows are widened to fp32 once a call, in the order the chunks
@@ -13,15 +13,22 @@ split the output tiles. 256-bit GCC vector extensions over vector_source.py's pr
 multiple of 16. More rows are compute-bound in 256-bit fp32 FMAs (3 and 4 rows, in tiles of 2 or 4
 rows, lost to oneDNN's bf16 dot products in some runs: bench/results/2026-11-28-cpu-few-rows-linear.md).
 
-In a build with AVX-512 (build.avx512_flags), fp32 products of WIDE_MIN_ROWS to MAX_ROWS rows run a
-second kernel on 512-bit vectors: tiles of WIDE_O weight rows, each multiplied by the x rows in passes of
-up to WIDE_R rows (24 accumulators), the passes of a tile balanced in size. There the product is
-bound by its arithmetic as much as by its reads, and oneDNN's 32-row products took about the sum
-of both times, the reads not overlapping the arithmetic. So each pass prefetches its share of the
-next tile's weight rows, spread over its chunks: the reads run under every pass's arithmetic, not
-only the first's (SmolLM2's 120 layer products at 32 fp32 rows, 2 threads, Intel Xeon with AMX:
-43.5-54.5 against oneDNN's 51.2-59.1 ms; prefetching in the first pass only, 59.2-73.7;
-bench/results/2026-11-29-wide-fp32-linear.md). At 3 rows the product is bound by its reads, which
+fp32 products of WIDE_MIN_ROWS to MAX_ROWS rows run a second kernel: tiles of WIDE_O weight rows,
+each multiplied by the x rows in passes of up to WIDE_R rows, the passes of a tile balanced in
+size; in a build with AVX-512 (build.avx512_flags) on 512-bit vectors, 6 x 4 (24 accumulators),
+else on 256-bit ones, 3 x 4 (12 accumulators, 3 weight vectors and an x vector: AVX2's 16
+registers; its loops unrolled by pragma, without which GCC kept them in memory and the products
+took ~4x as long). There the product is bound by its arithmetic as much as by its reads, and
+oneDNN's 32-row products took about the sum of both times, the reads not overlapping the
+arithmetic. So each pass prefetches its share of the next tile's weight rows, spread over its
+chunks: the reads run under every pass's arithmetic, not only the first's (SmolLM2's 120 layer
+products at 32 fp32 rows, 2 threads, Intel Xeon with AMX: 43.5-54.5 against oneDNN's 51.2-59.1 ms;
+prefetching in the first pass only, 59.2-73.7; bench/results/2026-11-29-wide-fp32-linear.md). On
+256-bit vectors the kernel takes up to WIDE_256_MAX_ROWS rows: on an AVX2 AMD EPYC it ran the 120
+products at 4 rows in 21.2 against oneDNN's 32.4 ms, at 8 in 27.2 against 43.0 and at 16 in 36.2
+against 52.3 (best of 15), and a decode step at batch 8 in 55.7 against 85.3 ms, but at 32 rows
+the step took as long as with oneDNN, and at 48 and 64 rows oneDNN was faster in one run of two
+(128.2 against 144.5 ms, 156.4 against 188.0; bench/results/2026-12-01-avx2-wide-linear.md). At 3 rows the product is bound by its reads, which
 aten's (MKL's) kernel, where onednn_linear sends them on an Intel CPU, streamed faster (30.0-33.2
 against 33.9-36.8 ms for the 120 products; from 4 rows the kernel was faster), so those stay there.
 fp16 keeps oneDNN's dot products past 2 rows, and so does bf16 except on AMX.
@@ -37,7 +44,8 @@ from ascendtile.cpu.amx_source import SOURCE as AMX
 from ascendtile.cpu.vector_source import PRELUDE
 
 FEW_ROWS = 2  # the most rows the few-row kernel takes, in every dtype and build
-WIDE_MIN_ROWS, MAX_ROWS = 4, 64  # the rows the wide kernel takes (fp32, AVX-512 builds); dispatch returns 1 for others
+WIDE_MIN_ROWS, MAX_ROWS = 4, 64  # the rows the wide kernel takes (fp32, x86 builds); dispatch returns 1 for others
+WIDE_256_MAX_ROWS = 32  # the most rows the wide kernel takes on 256-bit vectors (linear.wide_rows)
 
 _SOURCE = PRELUDE + AMX + r'''
 
@@ -115,36 +123,51 @@ static void product(T* out, const T* x, const T* w, const T* bias, int64_t n, in
   for (int64_t n0 = 0; n0 < n; n0 += O) tile<T, R>(out, xs.data(), w, bias, n0, n, k, w_s, o_s);
 }
 
+// The wide kernel's vectors and tile: 512-bit in a build with AVX-512 (build.avx512_flags), 6
+// weight rows x passes of up to 4 x rows (24 accumulators of AVX-512's 32 registers); else 256-bit,
+// 3 x 4, whose 12 accumulators leave AVX2's 16 registers the tile's 3 weight vectors and an x
+// vector (on an AVX2 EPYC, 32 rows: 61-64 ms for SmolLM2's 120 products; 4 x 3, 67-70; 2 x 4, 73).
 #if defined(__AVX512F__)
+typedef v16 wide_v;
 constexpr int WIDE_O = 6, WIDE_R = 4;
+static inline v8 fold8(const v16& a) {  // the two halves added
+  v8 lo, hi;
+  std::memcpy(&lo, &a, 32); std::memcpy(&hi, (const char*)&a + 32, 32);
+  return lo + hi;
+}
+#else
+typedef v8 wide_v;
+constexpr int WIDE_O = 3, WIDE_R = 4;
+static inline v8 fold8(const v8& a) { return a; }
+#endif
+constexpr int WIDE_LANES = int(sizeof(wide_v) / sizeof(float));
 
 // x rows [0, R) (row stride x_s) x the tile's weight rows wr over the whole of k; the first
 // `written` outputs of each row go to out. Prefetches ahead_bytes from `ahead`, spread over the chunks.
 template <int R>
 static void wide_pass(float* out, const float* x, const float* const* wr, int written, const float* bias,
                       int64_t n0, int64_t k, int64_t x_s, int64_t o_s, const char* ahead, int64_t ahead_bytes) {
-  v16 acc[WIDE_O * R] = {};
-  const int64_t step = (ahead_bytes / std::max<int64_t>(k / 16, 1) + 63) / 64 * 64;  // k = 0: no chunks
-  for (int64_t c = 0, pf = 0; c < k; c += 16, pf += step) {
+  wide_v acc[WIDE_O * R] = {};
+  const int64_t step = (ahead_bytes / std::max<int64_t>(k / WIDE_LANES, 1) + 63) / 64 * 64;  // k = 0: no chunks
+  for (int64_t c = 0, pf = 0; c < k; c += WIDE_LANES, pf += step) {
     prefetch_share(ahead, pf, step, ahead_bytes);
-    v16 wv[WIDE_O];
-    for (int i = 0; i < WIDE_O; ++i) std::memcpy(&wv[i], wr[i] + c, 64);
+    wide_v wv[WIDE_O];
+#pragma GCC unroll 8
+    for (int i = 0; i < WIDE_O; ++i) std::memcpy(&wv[i], wr[i] + c, sizeof(wide_v));
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      v16 xv;
-      std::memcpy(&xv, x + r * x_s + c, 64);
+      wide_v xv;
+      std::memcpy(&xv, x + r * x_s + c, sizeof(wide_v));
+#pragma GCC unroll 8
       for (int i = 0; i < WIDE_O; ++i) acc[i * R + r] += xv * wv[i];
     }
   }
-  // each accumulator's halves added, then sum8 over eight at a time
+  // each accumulator folded to 8 lanes, then sum8 over eight at a time
   constexpr int H = (WIDE_O * R + 7) / 8 * 8;
-  v8 half[H] = {};
-  for (int j = 0; j < WIDE_O * R; ++j) {
-    v8 lo, hi;
-    std::memcpy(&lo, &acc[j], 32); std::memcpy(&hi, (const char*)&acc[j] + 32, 32);
-    half[j] = lo + hi;
-  }
+  v8 folded[H] = {};
+  for (int j = 0; j < WIDE_O * R; ++j) folded[j] = fold8(acc[j]);
   for (int g = 0; g < H; g += 8) {
-    const v8 total = __builtin_shuffle(sum8(half + g), POS);
+    const v8 total = __builtin_shuffle(sum8(folded + g), POS);
     for (int l = 0; l < 8 && g + l < WIDE_O * R; ++l) {
       const int i = (g + l) / R, r = (g + l) % R;
       if (i < written) out[r * o_s + n0 + i] = total[l] + (bias ? bias[n0 + i] : 0.f);
@@ -170,14 +193,13 @@ static void wide_product(float* out, const float* x, const float* w, const float
         case 1: PASS(1); break;
         case 2: PASS(2); break;
         case 3: PASS(3); break;
-        default: PASS(4); break;
+        default: PASS(WIDE_R); break;
       }
 #undef PASS
       r0 = r1;
     }
   }
 }
-#endif
 
 #ifdef ASCENDTILE_AMX
 // AMX (a library built with build.AMX_FLAGS): bf16 products of up to MAX_ROWS rows over the weight
@@ -317,14 +339,12 @@ static int dispatch(void* out, const void* x, const void* w, const void* tiles, 
     return 1;
   }
   if (rows > @FEW_ROWS@) {  // the op body sends only the wide kernel's products here (dispatch.set_linear_wide)
-#if defined(__AVX512F__)
     if constexpr (std::is_same<T, float>::value) {
       if (rows < @WIDE_MIN_ROWS@) return 1;
       if (n > 0) wide_product((float*)out, (const float*)x, (const float*)w, (const float*)bias, rows, n, k, x_s, w_s,
                               o_s, threads);
       return 0;
     }
-#endif
     return 1;
   }
   if (rows == 0 || n == 0) return 0;

@@ -196,8 +196,8 @@ def test_level_2_decode_graph_takes_the_onednn_packs(tmp_path, monkeypatch):
 
 def test_level_2_decode_graph_runs_a_tied_head_of_few_rows_on_the_kernel(tmp_path):
     """compute_logits of a tied head (the embedding's weight, as SmolLM2's) over 1 and 2 rows runs
-    cpu_linear's kernel once a call with the decode graph on; over 4 rows (fp32) only on a CPU with
-    AVX-512 (the wide kernel), over 3 and MAX_ROWS + 1 rows never; the logits equal the wrapped model's
+    cpu_linear's kernel once a call with the decode graph on; over 4 rows (fp32) only on an x86 CPU
+    with AVX2 or AVX-512 (the wide kernel), over 3 and MAX_ROWS + 1 rows never; the logits equal the wrapped model's
     own, a NaN row's too, on strided rows."""
     config = tiny.CONFIG.to_dict() | {"tie_word_embeddings": True}
     save_tiny(type(tiny.CONFIG).from_dict(config), tmp_path, randomize_norms=True)
@@ -206,7 +206,7 @@ def test_level_2_decode_graph_runs_a_tied_head_of_few_rows_on_the_kernel(tmp_pat
     compiled = compile_model(model, CompilationConfig(level=2, use_inductor=False, cpu_decode_graph=True))
     hidden = torch.randn(cpu_linear.MAX_ROWS + 1, tiny.CONFIG.hidden_size + 16)[:, :tiny.CONFIG.hidden_size]
     hidden[1, 5] = float("nan")
-    wide = int(cpu_linear.rows_served(torch.float32) == cpu_linear.MAX_ROWS)
+    wide = int(cpu_linear.WIDE_MIN_ROWS <= 4 <= cpu_linear.wide_rows())
     for rows, on_kernel in ((1, 1), (2, 1), (3, 0), (4, wide), (cpu_linear.MAX_ROWS + 1, 0)):
         calls = cpu_linear.calls
         got = compiled.compute_logits(hidden[:rows])
@@ -258,8 +258,8 @@ def test_level_2_with_inductor(tiny_dir, eager_tokens, monkeypatch):
     graph's rope, KV write and attention are C++ ops of any batch (ascendtile/cpu/rotary_embedding.py,
     reshape_and_cache_flash.py, unified_attention.py): once each per layer and step that is not a
     decode step. The LM head of a
-    step that samples as many sequences runs the kernel too: 1 or 2, and on a CPU with AVX-512
-    (fp32 products of 4 to 64 rows in the wide kernel) 4; 3 never."""
+    step that samples as many sequences runs the kernel too: 1 or 2, and on an x86 CPU with
+    AVX2 or AVX-512 (fp32 products of 4 to 64 rows in the wide kernel) 4; 3 never."""
     monkeypatch.setattr(linear_module, "ONEDNN_MIN_WEIGHT_ELEMENTS", 0)
     counts = _count_onednn_linears(monkeypatch)
     kernel_calls, linear_calls = cpu_decode_attention.calls, cpu_linear.calls
@@ -282,8 +282,7 @@ def test_level_2_with_inductor(tiny_dir, eager_tokens, monkeypatch):
     assert calls["guarded"] == 2 and calls["direct"] >= 60
     steps = calls["guarded"] + calls["direct"]
     assert cpu_decode_attention.calls - kernel_calls == tiny.CONFIG.num_hidden_layers * steps
-    wide = cpu_linear.rows_served(torch.float32) == cpu_linear.MAX_ROWS
-    on_kernel = lambda rows: rows <= cpu_linear.FEW_ROWS or wide and cpu_linear.WIDE_MIN_ROWS <= rows  # noqa: E731
+    on_kernel = lambda rows: rows <= cpu_linear.FEW_ROWS or cpu_linear.WIDE_MIN_ROWS <= rows <= cpu_linear.wide_rows()  # noqa: E731
     few = sum(map(on_kernel, batches))
     assert len(batches) == steps and 0 < few < steps
     few_heads = sum(map(on_kernel, heads))

@@ -69,6 +69,8 @@ def test_setters_refuse_what_they_cannot_serve():
         dispatch.register("cpu_decode_attention", (torch.float32, 512), None)
     with pytest.raises(ValueError, match="^rows: at most the kernel's 64, got 65"):
         dispatch.set_linear_max_rows(65)
+    with pytest.raises(ValueError, match="^wide_rows: at most the kernel's 64, got 65"):
+        dispatch.set_linear_kernels(65, False)
     dispatch.set_linear_max_rows(0)  # every product goes to aten
     try:
         calls = cl.calls

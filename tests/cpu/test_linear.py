@@ -1,6 +1,6 @@
 """The CPU few-row linear (ascendtile/cpu/linear.py), built into this session's cache: against the
-fp64 product for 1 and 2 rows (a last tile of fewer outputs, no inputs), and, on a CPU with
-AVX-512, fp32 products of 4 to 64 rows in the wide kernel (passes of every size, tiles cut short);
+fp64 product for 1 and 2 rows (a last tile of fewer outputs, no inputs), and, on an x86 CPU with
+AVX2 or AVX-512, fp32 products of 4 to 64 rows in the wide kernel (passes of every size, tiles cut short);
 the weight's tile order and, on a CPU with AMX, bf16 products of 3 to 64 rows over it in the tile
 kernel (short m tiles, odd output blocks), which other CPUs' builds send on; bad tiles;
 strided 2-D and 3-D x, a weight sliced from a wider one, biases; NaN and inf staying in their row
@@ -54,21 +54,21 @@ def test_matches_the_fp64_product(dtype, rows, n, k, bias):
     torch.testing.assert_close(out.double(), _product(x, weight, b), rtol=TOL[dtype], atol=TOL[dtype])
 
 
-WIDE = cl.rows_served(torch.float32) > cl.FEW_ROWS  # this CPU runs the wide kernel
+WIDE = cl.wide_rows() > 0  # this CPU runs the wide kernel
 
 
-@pytest.mark.parametrize("rows", [3, 4, 5, 7, 9, 13, 33, 64])
+@pytest.mark.parametrize("rows", [3, 4, 5, 7, 9, 13, 32, 33, 64])
 @pytest.mark.parametrize("n, k, bias", [(13, 48, True), (1, 16, False), (576, 576, False), (37, 1536, True),
                                         (7, 0, True)])
 def test_wide_rows_match_the_fp64_product(rows, n, k, bias):
-    """fp32 products of 3 to 64 rows: from 4 rows the wide kernel where this CPU has AVX-512 (the
-    counter grows; n not a multiple of its 6-row tiles, rows split into passes of 1 to 4), aten
-    elsewhere and at 3 rows."""
+    """fp32 products of 3 to 64 rows: from 4 rows to its bound the wide kernel where this CPU's build
+    has it (x86 with AVX-512: 64 rows; with AVX2: 32; the counter grows; n not a multiple of its 6-
+    or 3-row tiles, rows split into passes of 2 to 4), aten elsewhere, at 3 rows and past the bound."""
     x, weight, b = _operands(rows, n, k, torch.float32, bias)
     x = x[:, 0]  # its rows strided
     calls = cl.calls
     out = torch.ops.ascendtile.cpu_linear(x, weight, None, b)
-    assert cl.calls == calls + (WIDE and rows >= cl.WIDE_MIN_ROWS) and out.shape == (rows, n)
+    assert cl.calls == calls + (cl.WIDE_MIN_ROWS <= rows <= cl.wide_rows()) and out.shape == (rows, n)
     torch.testing.assert_close(out.double(), _product(x, weight, b), rtol=1e-5, atol=1e-5)
 
 
@@ -126,12 +126,12 @@ def test_tiles_serve_only_the_rows_between(rows, tiled, monkeypatch):
     monkeypatch.setattr(model_linear, "ONEDNN_MIN_WEIGHT_ELEMENTS", 0)
     pack = model_linear.pack_weight(weight.contiguous()).packed
     for served in {TILED, False}:
-        dispatch.set_linear_kernels(wide=cl.rows_served(torch.float32) > cl.FEW_ROWS, tiled=served)
+        dispatch.set_linear_kernels(wide_rows=cl.wide_rows(), tiled=served)
         try:
             calls, tiles_calls = cl.calls, cl.tiled_calls
             out = torch.ops.ascendtile.cpu_linear(x, weight, pack, b, _tiles(weight))
         finally:
-            dispatch.set_linear_kernels(wide=cl.rows_served(torch.float32) > cl.FEW_ROWS, tiled=TILED)
+            dispatch.set_linear_kernels(wide_rows=cl.wide_rows(), tiled=TILED)
         on_tiles = tiled and served
         assert (cl.calls - calls, cl.tiled_calls - tiles_calls) == (int(rows <= cl.FEW_ROWS or on_tiles), int(on_tiles))
         if not on_tiles and rows > cl.FEW_ROWS:
