@@ -1,6 +1,7 @@
 """The C++ source of the CPU linear (linear.py): out [M, N] = x [M, K] · weight [N, K]ᵀ (+ bias [N])
 for M of 1 or 2 rows (the few-row kernel), where the product is bound by reading the weight once,
-and fp32 M of WIDE_MIN_ROWS to MAX_ROWS (the wide kernel, below).
+and fp32 M of WIDE_MIN_ROWS to MAX_ROWS (the wide kernel, below; served on x86 CPUs, on 256-bit
+vectors up to WIDE_256_MAX_ROWS: linear.wide_rows).
 
 A tile is 8 fp32 accumulators: M rows × 8 / M outputs, so each 16-element chunk of a weight row is
 widened once for both rows. The x rows are widened to fp32 once a call, in the order the chunks
@@ -338,7 +339,7 @@ static int dispatch(void* out, const void* x, const void* w, const void* tiles, 
 #endif
     return 1;
   }
-  if (rows > @FEW_ROWS@) {  // the op body sends only the wide kernel's products here (dispatch.set_linear_wide)
+  if (rows > @FEW_ROWS@) {  // the op body sends only the wide kernel's products here (dispatch.set_linear_kernels)
     if constexpr (std::is_same<T, float>::value) {
       if (rows < @WIDE_MIN_ROWS@) return 1;
       if (n > 0) wide_product((float*)out, (const float*)x, (const float*)w, (const float*)bias, rows, n, k, x_s, w_s,
