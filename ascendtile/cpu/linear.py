@@ -25,6 +25,7 @@ bound, the operand checks, which name the wrong argument, and the call) is C++ a
 from __future__ import annotations
 
 import ctypes
+import functools
 
 import torch
 
@@ -56,6 +57,7 @@ def rows_served(dtype: torch.dtype) -> int:
     return MAX_ROWS if dtype == torch.bfloat16 and tiles_served() else FEW_ROWS
 
 
+@functools.cache  # a property of the process's CPU; compute_logits asks every step (rows_served)
 def wide_rows() -> int:
     """The most rows of the fp32 products the wide kernel takes on this CPU (0: no wide kernel): on
     512-bit vectors (AVX-512) MAX_ROWS; on AVX2's 256-bit ones WIDE_256_MAX_ROWS, past which oneDNN

@@ -29,9 +29,10 @@ prefetching in the first pass only, 59.2-73.7; bench/results/2026-11-29-wide-fp3
 products at 4 rows in 21.2 against oneDNN's 32.4 ms, at 8 in 27.2 against 43.0 and at 16 in 36.2
 against 52.3 (best of 15), and a decode step at batch 8 in 55.7 against 85.3 ms, but at 32 rows
 the step took as long as with oneDNN, and at 48 and 64 rows oneDNN was faster in one run of two
-(128.2 against 144.5 ms, 156.4 against 188.0; bench/results/2026-12-01-avx2-wide-linear.md). At 3 rows the product is bound by its reads, which
-aten's (MKL's) kernel, where onednn_linear sends them on an Intel CPU, streamed faster (30.0-33.2
-against 33.9-36.8 ms for the 120 products; from 4 rows the kernel was faster), so those stay there.
+(128.2 against 144.5 ms, 156.4 against 188.0; bench/results/2026-12-01-avx2-wide-linear.md).
+At 3 rows the product is bound by its reads, which aten's (MKL's) kernel, where onednn_linear sends
+them on an Intel CPU, streamed faster (30.0-33.2 against 33.9-36.8 ms for the 120 products; from 4
+rows the kernel was faster), so those stay there.
 fp16 keeps oneDNN's dot products past 2 rows, and so does bf16 except on AMX.
 
 In a build with AMX (build.AMX_FLAGS, amx_source.py), bf16 products of 3 to MAX_ROWS rows over the
