@@ -31,7 +31,7 @@ import torch
 
 from ascendtile.cpu import build, dispatch
 from ascendtile.cpu.build import DTYPES
-from ascendtile.cpu.linear_source import FEW_ROWS, MAX_ROWS, SOURCE, WIDE_256_MAX_ROWS, WIDE_MIN_ROWS  # noqa: F401 (bounds)
+from ascendtile.cpu.linear_source import FEW_ROWS, MAX_ROWS, SOURCE, WIDE_MIN_ROWS  # noqa: F401 (bounds)
 
 _ARGTYPES = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 6 + [ctypes.c_int]
 _kernels: dict[tuple[torch.dtype], ctypes._CFuncPtr] = {}  # (dtype,) -> entry point, once loaded
@@ -59,12 +59,9 @@ def rows_served(dtype: torch.dtype) -> int:
 
 @functools.cache  # a property of the process's CPU; compute_logits asks every step (rows_served)
 def wide_rows() -> int:
-    """The most rows of the fp32 products the wide kernel takes on this CPU (0: no wide kernel): on
-    512-bit vectors (AVX-512) MAX_ROWS; on AVX2's 256-bit ones WIDE_256_MAX_ROWS, past which oneDNN
-    multiplied as fast or faster (linear_source.py)."""
-    if build.avx512_flags():
-        return MAX_ROWS
-    return WIDE_256_MAX_ROWS if build.x86_vectors() else 0
+    """The most rows of the fp32 products the wide kernel takes on this CPU (0: no wide kernel):
+    MAX_ROWS on x86 CPUs, on AVX-512's 512-bit vectors or AVX2's 256-bit ones (linear_source.py)."""
+    return MAX_ROWS if build.avx512_flags() or build.x86_vectors() else 0
 
 
 def tiles_served() -> bool:

@@ -1,7 +1,7 @@
 """The C++ source of the CPU linear (linear.py): out [M, N] = x [M, K] · weight [N, K]ᵀ (+ bias [N])
 for M of 1 or 2 rows (the few-row kernel), where the product is bound by reading the weight once,
-and fp32 M of WIDE_MIN_ROWS to MAX_ROWS (the wide kernel, below; served on x86 CPUs, on 256-bit
-vectors up to WIDE_256_MAX_ROWS: linear.wide_rows).
+and fp32 M of WIDE_MIN_ROWS to MAX_ROWS (the wide kernel, below; served on x86 CPUs:
+linear.wide_rows).
 
 A tile is 8 fp32 accumulators: M rows × 8 / M outputs, so each 16-element chunk of a weight row is
 widened once for both rows. The x rows are widened to fp32 once a call, in the order the chunks
@@ -24,12 +24,13 @@ oneDNN's 32-row products took about the sum of both times, the reads not overlap
 arithmetic. So each pass prefetches its share of the next tile's weight rows, spread over its
 chunks: the reads run under every pass's arithmetic, not only the first's (SmolLM2's 120 layer
 products at 32 fp32 rows, 2 threads, Intel Xeon with AMX: 43.5-54.5 against oneDNN's 51.2-59.1 ms;
-prefetching in the first pass only, 59.2-73.7; bench/results/2026-11-29-wide-fp32-linear.md). On
-256-bit vectors the kernel takes up to WIDE_256_MAX_ROWS rows: on an AVX2 AMD EPYC it ran the 120
-products at 4 rows in 21.2 against oneDNN's 32.4 ms, at 8 in 27.2 against 43.0 and at 16 in 36.2
-against 52.3 (best of 15), and a decode step at batch 8 in 55.7 against 85.3 ms, but at 32 rows
-the step took as long as with oneDNN, and at 48 and 64 rows oneDNN was faster in one run of two
-(128.2 against 144.5 ms, 156.4 against 188.0; bench/results/2026-12-01-avx2-wide-linear.md).
+prefetching in the first pass only, 59.2-73.7; bench/results/2026-11-29-wide-fp32-linear.md). A
+pass sums its accumulators' lanes in registers: an array of them, zeroed and copied, had cost a
+pass as much as ~40 of its chunks. On 256-bit vectors (an AVX2 AMD EPYC, 2 threads) it then ran the
+120 products and the 49,152 x 576 head at 32 rows in 82.5-94.2 against oneDNN's 117.4-128.5 ms and
+at 64 in 133.9-186.7 against 185.6-204.0 (best-median of 11-13 rounds), and a decode step at batch
+32 in 128.5 against 171.1 ms (bench/results/2026-12-01-wide-linear-epilogue.md); before that change
+it had lost to oneDNN from 48 rows.
 At 3 rows the product is bound by its reads, which aten's (MKL's) kernel, where onednn_linear sends
 them on an Intel CPU, streamed faster (30.0-33.2 against 33.9-36.8 ms for the 120 products; from 4
 rows the kernel was faster), so those stay there.
@@ -47,7 +48,6 @@ from ascendtile.cpu.vector_source import PRELUDE
 
 FEW_ROWS = 2  # the most rows the few-row kernel takes, in every dtype and build
 WIDE_MIN_ROWS, MAX_ROWS = 4, 64  # the rows the wide kernel takes (fp32, x86 builds); dispatch returns 1 for others
-WIDE_256_MAX_ROWS = 32  # the most rows the wide kernel takes on 256-bit vectors (linear.wide_rows)
 
 _SOURCE = PRELUDE + AMX + r'''
 
@@ -164,15 +164,19 @@ static void wide_pass(float* out, const float* x, const float* const* wr, int wr
       for (int i = 0; i < WIDE_O; ++i) acc[i * R + r] += xv * wv[i];
     }
   }
-  // each accumulator folded to 8 lanes, then sum8 over eight at a time
-  constexpr int H = (WIDE_O * R + 7) / 8 * 8;
-  v8 folded[H] = {};
-  for (int j = 0; j < WIDE_O * R; ++j) folded[j] = fold8(acc[j]);
+  // each accumulator folded to 8 lanes, then sum8 over eight at a time, the last eight padded with
+  // zeros, in registers (an array of the folded sums, zeroed and copied, cost ~40 chunks' time)
+  constexpr int A = WIDE_O * R, H = (A + 7) / 8 * 8;
+#pragma GCC unroll 8
   for (int g = 0; g < H; g += 8) {
-    const v8 total = __builtin_shuffle(sum8(folded + g), POS);
-    for (int l = 0; l < 8 && g + l < WIDE_O * R; ++l) {
+    v8 group[8];
+#pragma GCC unroll 8
+    for (int l = 0; l < 8; ++l) group[l] = g + l < A ? fold8(acc[g + l]) : (v8){};
+    const v8 total = __builtin_shuffle(sum8(group), POS);
+#pragma GCC unroll 8
+    for (int l = 0; l < 8; ++l) {
       const int i = (g + l) / R, r = (g + l) % R;
-      if (i < written) out[r * o_s + n0 + i] = total[l] + (bias ? bias[n0 + i] : 0.f);
+      if (g + l < A && i < written) out[r * o_s + n0 + i] = total[l] + (bias ? bias[n0 + i] : 0.f);
     }
   }
 }

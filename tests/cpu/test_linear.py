@@ -58,13 +58,13 @@ def test_matches_the_fp64_product(dtype, rows, n, k, bias):
 WIDE = cl.wide_rows() > 0  # this CPU runs the wide kernel
 
 
-@pytest.mark.parametrize("rows", [3, 4, 5, 7, 9, 13, 32, 33, 64])
+@pytest.mark.parametrize("rows", [3, 4, 5, 7, 9, 13, 32, 33, 64, 65])
 @pytest.mark.parametrize("n, k, bias", [(13, 48, True), (1, 16, False), (576, 576, False), (37, 1536, True),
                                         (7, 0, True)])
 def test_wide_rows_match_the_fp64_product(rows, n, k, bias):
-    """fp32 products of 3 to 64 rows: from 4 rows to its bound the wide kernel where this CPU's build
-    has it (x86 with AVX-512: 64 rows; with AVX2: 32; the counter grows; n not a multiple of its 6-
-    or 3-row tiles, rows split into passes of 2 to 4), aten elsewhere, at 3 rows and past the bound."""
+    """fp32 products of 3 to 65 rows: from 4 rows to its bound (64) the wide kernel where this CPU's
+    build has it (x86 with AVX2 or AVX-512; the counter grows; n not a multiple of its 6- or 3-row
+    tiles, rows split into passes of 2 to 4), aten elsewhere, at 3 rows and past the bound."""
     x, weight, b = _operands(rows, n, k, torch.float32, bias)
     x = x[:, 0]  # its rows strided
     calls = cl.calls
