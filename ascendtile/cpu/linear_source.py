@@ -27,10 +27,10 @@ products at 32 fp32 rows, 2 threads, Intel Xeon with AMX: 43.5-54.5 against oneD
 prefetching in the first pass only, 59.2-73.7; bench/results/2026-11-29-wide-fp32-linear.md). A
 pass sums its accumulators' lanes in registers: an array of them, zeroed and copied, had cost a
 pass as much as ~40 of its chunks. On 256-bit vectors (an AVX2 AMD EPYC, 2 threads) it then ran the
-120 products and the 49,152 x 576 head at 32 rows in 82.5-94.2 against oneDNN's 117.4-128.5 ms and
-at 64 in 133.9-186.7 against 185.6-204.0 (best-median of 11-13 rounds), and a decode step at batch
-32 in 128.5 against 171.1 ms (bench/results/2026-12-01-wide-linear-epilogue.md); before that change
-it had lost to oneDNN from 48 rows.
+120 products and the 49,152 x 576 head at 32 rows in 82.5 / 94.2 ms (best / median of 13 rounds)
+against oneDNN's 117.4 / 128.5, at 64 rows in 133.9 / 186.7 against 192.5 / 219.4 (11 rounds), and
+a decode step at batch 32 in 128.5 against 171.1 ms (bench/results/2026-12-01-wide-linear-epilogue.md);
+before that change it had lost to oneDNN from 48 rows in one run of two.
 At 3 rows the product is bound by its reads, which aten's (MKL's) kernel, where onednn_linear sends
 them on an Intel CPU, streamed faster (30.0-33.2 against 33.9-36.8 ms for the 120 products; from 4
 rows the kernel was faster), so those stay there.
