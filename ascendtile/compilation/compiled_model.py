@@ -38,7 +38,7 @@ frozen template's copies did too, and took a longer compile (Inductor times each
 kernels). fp32 models keep their weights as inputs: through the template their decode steps at
 batch 32 took 88.7-97.9 against oneDNN's 71.8-83.9 ms
 (bench/results/2026-11-29-amx-prefill-attention.md), and on an x86 CPU with AVX2 or AVX-512
-cpu_linear's wide kernel takes their products of 4 to 64 rows (AVX2: 32).
+cpu_linear's wide kernel takes their products of 4 to 64 rows.
 """
 from __future__ import annotations
 

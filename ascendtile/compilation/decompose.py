@@ -14,7 +14,7 @@ bench/results/2026-11-27-cpu-decode-attention-kernel.md). Its linears (oneDNN's 
 F.linear) with weights of at least ONEDNN_MIN_WEIGHT_ELEMENTS become `cpu_linear` calls, which run
 products of 1 or 2 rows in a C++ kernel (ascendtile/cpu/linear.py; a bf16 SmolLM2 decode step at
 batch 1: 16.0 against 18.8 ms, bench/results/2026-11-28-cpu-few-rows-linear.md), and on an x86 CPU
-with AVX2 or AVX-512 fp32 products of 4 to 64 (AVX2: 32) rows in its wide kernel; smaller weights stay
+with AVX2 or AVX-512 fp32 products of 4 to 64 rows in its wide kernel; smaller weights stay
 with aten, whose call costs less than the op's. bf16 linears whose packs hold their weights in tile
 order (compiled_model.py: on an AMX CPU) trace as cpu_linear calls over the tiles already
 (layers/linear.py float_linear), which the tile kernel multiplies from 3 to 64 rows. The general

@@ -259,7 +259,7 @@ def test_level_2_with_inductor(tiny_dir, eager_tokens, monkeypatch):
     reshape_and_cache_flash.py, unified_attention.py): once each per layer and step that is not a
     decode step. The LM head of a
     step that samples as many sequences runs the kernel too: 1 or 2, and on an x86 CPU with
-    AVX2 or AVX-512 (fp32 products of 4 to 64 rows, AVX2: 32, in the wide kernel) 4; 3 never."""
+    AVX2 or AVX-512 (fp32 products of 4 to 64 rows in the wide kernel) 4; 3 never."""
     monkeypatch.setattr(linear_module, "ONEDNN_MIN_WEIGHT_ELEMENTS", 0)
     counts = _count_onednn_linears(monkeypatch)
     kernel_calls, linear_calls = cpu_decode_attention.calls, cpu_linear.calls

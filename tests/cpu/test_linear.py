@@ -1,6 +1,6 @@
 """The CPU few-row linear (ascendtile/cpu/linear.py), built into this session's cache: against the
 fp64 product for 1 and 2 rows (a last tile of fewer outputs, no inputs), and, on an x86 CPU with
-AVX2 or AVX-512, fp32 products of 4 to 64 rows (AVX2: 32) in the wide kernel (passes of 2 to 4
+AVX2 or AVX-512, fp32 products of 4 to 64 rows in the wide kernel (passes of 2 to 4
 rows, tiles cut short); the weight's tile order and, on a CPU with AMX, bf16 products of 3 to 64
 rows over it in the tile kernel (short m tiles, odd output blocks), which other CPUs' builds send
 on; bad tiles;
