@@ -25,12 +25,16 @@ arithmetic. So each pass prefetches its share of the next tile's weight rows, sp
 chunks: the reads run under every pass's arithmetic, not only the first's (SmolLM2's 120 layer
 products at 32 fp32 rows, 2 threads, Intel Xeon with AMX: 43.5-54.5 against oneDNN's 51.2-59.1 ms;
 prefetching in the first pass only, 59.2-73.7; bench/results/2026-11-29-wide-fp32-linear.md). A
-pass sums its accumulators' lanes in registers: an array of them, zeroed and copied, had cost a
-pass as much as ~40 of its chunks. On 256-bit vectors (an AVX2 AMD EPYC, 2 threads) it then ran the
-120 products and the 49,152 x 576 head at 32 rows in 82.5 / 94.2 ms (best / median of 13 rounds)
-against oneDNN's 117.4 / 128.5, at 64 rows in 133.9 / 186.7 against 192.5 / 219.4 (11 rounds), and
-a decode step at batch 32 in 128.5 against 171.1 ms (bench/results/2026-12-01-wide-linear-epilogue.md);
-before that change it had lost to oneDNN from 48 rows in one run of two.
+pass sums its accumulators' lanes in registers, every index a constant (write_pass): an array of
+them, zeroed and copied, had cost a pass as much as ~40 of its chunks, and a loop over an array of
+folded sums had GCC keep AVX-512's 24 accumulators in memory through the chunks (the 120 products
+and the head at 32 rows, Intel Xeon with AMX, 2 threads: 82.2 ms, against 43.4 now and oneDNN's
+54.2; at 64 rows 168.4, 72.2 and 90.5; bench/results/2026-12-01-avx512-wide-epilogue.md). On 256-bit
+vectors (an AVX2 AMD EPYC, 2 threads) it then ran the 120 products and the 49,152 x 576 head at 32
+rows in 82.5 / 94.2 ms (best / median of 13 rounds) against oneDNN's 117.4 / 128.5, at 64 rows in
+133.9 / 186.7 against 192.5 / 219.4 (11 rounds), and a decode step at batch 32 in 128.5 against
+171.1 ms (bench/results/2026-12-01-wide-linear-epilogue.md); before that change it had lost to
+oneDNN from 48 rows in one run of two.
 At 3 rows the product is bound by its reads, which aten's (MKL's) kernel, where onednn_linear sends
 them on an Intel CPU, streamed faster (30.0-33.2 against 33.9-36.8 ms for the 120 products; from 4
 rows the kernel was faster), so those stay there.
@@ -50,6 +54,7 @@ FEW_ROWS = 2  # the most rows the few-row kernel takes, in every dtype and build
 WIDE_MIN_ROWS, MAX_ROWS = 4, 64  # the rows the wide kernel takes (fp32, x86 builds); dispatch returns 1 for others
 
 _SOURCE = PRELUDE + AMX + r'''
+#include <utility>
 
 // 16 consecutive weight elements -> two fp32 vectors; bf16: the even elements, then the odd ones
 static inline void load16(const float* p, v8& a, v8& b) { std::memcpy(&a, p, 32); std::memcpy(&b, p + 8, 32); }
@@ -132,10 +137,9 @@ static void product(T* out, const T* x, const T* w, const T* bias, int64_t n, in
 #if defined(__AVX512F__)
 typedef v16 wide_v;
 constexpr int WIDE_O = 6, WIDE_R = 4;
-static inline v8 fold8(const v16& a) {  // the two halves added
-  v8 lo, hi;
-  std::memcpy(&lo, &a, 32); std::memcpy(&hi, (const char*)&a + 32, 32);
-  return lo + hi;
+static inline v8 fold8(const v16& a) {  // the two halves added, as shuffles (a copy through memory kept a there)
+  return __builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7)
+       + __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15);
 }
 #else
 typedef v8 wide_v;
@@ -143,6 +147,35 @@ constexpr int WIDE_O = 3, WIDE_R = 4;
 static inline v8 fold8(const v8& a) { return a; }
 #endif
 constexpr int WIDE_LANES = int(sizeof(wide_v) / sizeof(float));
+
+// Accumulator J folded to 8 lanes, zeros past the A accumulators.
+template <int J, int A> static inline v8 folded(const wide_v* acc) {
+  if constexpr (J < A) return fold8(acc[J]); else return v8{};
+}
+
+// Accumulators [G, G + 8) of a pass over R rows summed by one sum8 tree; their outputs of the first
+// `written` weight rows go to out.
+template <int R, int G, int... L>
+static inline void write_group(float* out, const wide_v* acc, int written, const float* bias, int64_t n0, int64_t o_s,
+                               std::integer_sequence<int, L...>) {
+  constexpr int A = WIDE_O * R;
+  const v8 group[8] = {folded<G + L, A>(acc)...};
+  const v8 total = __builtin_shuffle(sum8(group), POS);
+#pragma GCC unroll 8
+  for (int l = 0; l < 8; ++l) {
+    const int i = (G + l) / R, r = (G + l) % R;
+    if (G + l < A && i < written) out[r * o_s + n0 + i] = total[l] + (bias ? bias[n0 + i] : 0.f);
+  }
+}
+
+// The pass's accumulators summed eight at a time, every index a constant: over loops and arrays GCC
+// zeroed and copied the sums in memory (AVX2, ~40 chunks' time a pass), or kept AVX-512's
+// accumulators there through the chunks (the docstring above).
+template <int R, int... G>
+static inline void write_pass(float* out, const wide_v* acc, int written, const float* bias, int64_t n0, int64_t o_s,
+                              std::integer_sequence<int, G...>) {
+  (write_group<R, 8 * G>(out, acc, written, bias, n0, o_s, std::make_integer_sequence<int, 8>{}), ...);
+}
 
 // x rows [0, R) (row stride x_s) x the tile's weight rows wr over the whole of k; the first
 // `written` outputs of each row go to out. Prefetches ahead_bytes from `ahead`, spread over the chunks.
@@ -164,21 +197,7 @@ static void wide_pass(float* out, const float* x, const float* const* wr, int wr
       for (int i = 0; i < WIDE_O; ++i) acc[i * R + r] += xv * wv[i];
     }
   }
-  // each accumulator folded to 8 lanes, then sum8 over eight at a time, the last eight padded with
-  // zeros, in registers (an array of the folded sums, zeroed and copied, cost ~40 chunks' time)
-  constexpr int A = WIDE_O * R, H = (A + 7) / 8 * 8;
-#pragma GCC unroll 8
-  for (int g = 0; g < H; g += 8) {
-    v8 group[8];
-#pragma GCC unroll 8
-    for (int l = 0; l < 8; ++l) group[l] = g + l < A ? fold8(acc[g + l]) : (v8){};
-    const v8 total = __builtin_shuffle(sum8(group), POS);
-#pragma GCC unroll 8
-    for (int l = 0; l < 8; ++l) {
-      const int i = (g + l) / R, r = (g + l) % R;
-      if (g + l < A && i < written) out[r * o_s + n0 + i] = total[l] + (bias ? bias[n0 + i] : 0.f);
-    }
-  }
+  write_pass<R>(out, acc, written, bias, n0, o_s, std::make_integer_sequence<int, (WIDE_O * R + 7) / 8>{});
 }
 
 // Threads split the tiles (TileRows: a tile's rows past n are not written).
