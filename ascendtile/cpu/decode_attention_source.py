@@ -178,24 +178,24 @@ static int attend(T* out, const T* query, const T* key_cache, const T* value_cac
         const int64_t id = ids[blk];
         if (id < 0 || id >= num_blocks) continue;
         const int64_t j0 = std::max(blk * block_size, start), j1 = std::min((blk + 1) * block_size, len);
-        // the rows this item reads next: the next block's keys, and this block's values (the
-        // value pass reads them after the softmax, from cache); into L2 (locality 2): ~200 prefetches
-        // a block into L1 held its fill buffers and stalled (bf16, 32 sequences of 129-192 keys:
-        // 431 -> 354 µs, bench/results/2026-11-28-cpu-prefill-kernels.md)
+        // each 8-key chunk below asks for the rows this item reads later: the next block's keys of
+        // the same slots, and this block's values (the value pass reads them after the softmax, from
+        // cache); into L2 (locality 2): ~200 prefetches a block into L1 held its fill buffers and
+        // stalled (bf16, 32 sequences of 129-192 keys: 431 -> 354 µs,
+        // bench/results/2026-11-28-cpu-prefill-kernels.md), and the same prefetches in one burst at
+        // the top of each block, rather than spread over its chunks, left the reads bunched
+        // (bf16, 2 threads: 176 -> 159 µs, bench/results/2026-12-01-decode-attention-prefetch.md)
         const int64_t next = blk + 1 < table_cols && (blk + 1) * block_size < len ? ids[blk + 1] : -1;
-        for (int64_t slot = j0 - blk * block_size; slot < j1 - blk * block_size; ++slot) {
-          for (int64_t kh = h0; kh < h0 + per; ++kh) {
-            for (int64_t byte = 0; byte < NV * 8 * int64_t(sizeof(T)); byte += 64) {
-              if (next >= 0 && next < num_blocks)
-                __builtin_prefetch((const char*)(key_cache + next * c_sblk + kh * c_sh + slot * c_sslot) + byte, 0, 2);
-              __builtin_prefetch((const char*)(value_cache + id * c_sblk + kh * c_sh + slot * c_sslot) + byte, 0, 2);
-            }
-          }
-        }
         for (int64_t j = j0; j < j1; j += 8) {
           const int64_t m = std::min<int64_t>(8, j1 - j), slot = j - blk * block_size;
           for (int64_t kh = h0; kh < h0 + per; ++kh) {
             const T* rows = key_cache + id * c_sblk + kh * c_sh + slot * c_sslot;
+            for (int64_t k = 0; k < m; ++k)
+              for (int64_t byte = 0; byte < NV * 8 * int64_t(sizeof(T)); byte += 64) {
+                if (next >= 0 && next < num_blocks)
+                  __builtin_prefetch((const char*)(key_cache + next * c_sblk + kh * c_sh + (slot + k) * c_sslot) + byte, 0, 2);
+                __builtin_prefetch((const char*)(value_cache + id * c_sblk + kh * c_sh + (slot + k) * c_sslot) + byte, 0, 2);
+              }
 #if defined(__AVX512BF16__)
             if constexpr (dot_scores<T, NV>) {
               const bf16_t* rows8[8];
